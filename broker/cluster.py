@@ -1,0 +1,245 @@
+"""Cluster membership and ownership (DESIGN §6).
+
+Every broker registers ``/brokers/{id}`` under a lease it keeps alive; a broker's death is
+its lease expiring. Owners of partitions and groups are chosen by rendezvous hashing over
+the live brokers, so every broker computes the same answer from the same membership and
+Metadata/FindCoordinator name the owner directly. The owner itself then takes the leased
+``/owners/...`` key (see ``broker.logs``); that key, not the hash, is what fences writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.config import BrokerConfig
+from broker.meta.base import Compare, LeaseExpiredError, MetaStore, MetaStoreError, Put
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+def _score(key: str, node_id: int) -> int:
+    digest = hashlib.blake2b(f"{key}\x00{node_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def rendezvous(key: str, brokers: list[BrokerInfo]) -> BrokerInfo | None:
+    """The broker with the highest hash score for ``key`` (stable under membership change
+    for every key whose winner did not leave)."""
+    best: BrokerInfo | None = None
+    best_score = -1
+    for b in brokers:
+        s = _score(key, b.node_id)
+        if s > best_score:
+            best, best_score = b, s
+    return best
+
+
+class Cluster:
+    """This broker's registration and the live membership it sees."""
+
+    def __init__(self, meta: MetaStore, config: BrokerConfig) -> None:
+        self.meta = meta
+        self.config = config
+        self.me = BrokerInfo(
+            config.node_id, config.advertised_host, config.advertised_port, config.rack
+        )
+        self.lease_id = 0
+        self._brokers: dict[int, BrokerInfo] = {self.me.node_id: self.me}
+        self._owners: dict[tuple[str, int], tuple[int, int]] = {}
+        self._listeners: list[Callable[[], None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lost_lease: list[Callable[[], None]] = []
+        self.ready = asyncio.Event()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._register()
+        kvs = await self.meta.range("/brokers/")
+        self._brokers = {}
+        for kv in kvs:
+            node = kv.key.rsplit("/", 1)[-1]
+            info = self._decode_broker(kv.value, int(node)) if node.isdigit() else None
+            if info is not None:
+                self._brokers[info.node_id] = info
+        self._brokers[self.me.node_id] = self.me
+        rev = max((kv.mod_revision for kv in kvs), default=0)
+        self._tasks.append(asyncio.create_task(self._keepalive(), name="lease-keepalive"))
+        self._tasks.append(asyncio.create_task(self._watch_brokers(rev), name="watch-brokers"))
+        okvs = await self.meta.range("/owners/")
+        for kv in okvs:
+            self._apply_owner("put", kv.key, kv.value)
+        orev = max((kv.mod_revision for kv in okvs), default=rev)
+        self._tasks.append(asyncio.create_task(self._watch_owners(orev), name="watch-owners"))
+        self.ready.set()
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self.lease_id:
+            with contextlib.suppress(MetaStoreError):
+                await self.meta.revoke_lease(self.lease_id)
+            self.lease_id = 0
+
+    async def _register(self) -> None:
+        """Take ``/brokers/{id}`` under a fresh lease.
+
+        A previous incarnation of this node id (killed with ``kill -9``) may still hold
+        the key until its lease expires; we wait for that, watching the key.
+        """
+        key = f"/brokers/{self.me.node_id}"
+        value = json.dumps(
+            {"host": self.me.host, "port": self.me.port, "rack": self.me.rack}
+        ).encode()
+        self.lease_id = await self.meta.grant_lease(self.config.lease_ttl_s)
+        while True:
+            res = await self.meta.txn(
+                [Compare(key, "create_revision", "==", 0)], [Put(key, value, self.lease_id)]
+            )
+            if res.succeeded:
+                return
+            log.warning(
+                "node id %d is still registered (previous process?); waiting up to %ds "
+                "for its lease to expire",
+                self.me.node_id,
+                self.config.lease_ttl_s,
+            )
+            await self._wait_deleted(key, res.revision)
+
+    async def _wait_deleted(self, key: str, revision: int) -> None:
+        watch = self.meta.watch(key, start_revision=revision + 1)
+        try:
+            async with asyncio.timeout(self.config.lease_ttl_s * 3 + 5):
+                async for ev in watch:
+                    if ev.key == key and ev.type == "delete":
+                        return
+        except TimeoutError:
+            return
+        finally:
+            await watch.aclose()  # type: ignore[attr-defined]
+
+    async def _keepalive(self) -> None:
+        interval = max(0.2, self.config.lease_ttl_s / 3)
+        while True:
+            await asyncio.sleep(interval)  # a timer, not a wait on state
+            try:
+                await self.meta.refresh_lease(self.lease_id)
+            except LeaseExpiredError:
+                log.error("broker lease expired: dropping all ownership and re-registering")
+                for cb in self._lost_lease:
+                    cb()
+                await self._register()
+            except MetaStoreError as exc:
+                log.warning("lease refresh failed: %s", exc)
+
+    async def _watch_brokers(self, revision: int) -> None:
+        while True:
+            watch = self.meta.watch("/brokers/", start_revision=revision + 1)
+            try:
+                async for ev in watch:
+                    revision = ev.mod_revision
+                    node = ev.key.rsplit("/", 1)[-1]
+                    if not node.isdigit():
+                        continue
+                    if ev.type == "delete":
+                        if int(node) != self.me.node_id:
+                            self._brokers.pop(int(node), None)
+                    else:
+                        info = self._decode_broker(ev.value, int(node))
+                        if info is not None:
+                            self._brokers[info.node_id] = info
+                    self._notify()
+            except MetaStoreError as exc:
+                log.warning("broker watch failed (%s); resuming", exc)
+            finally:
+                await watch.aclose()  # type: ignore[attr-defined]
+
+    async def _watch_owners(self, revision: int) -> None:
+        while True:
+            watch = self.meta.watch("/owners/", start_revision=revision + 1)
+            try:
+                async for ev in watch:
+                    revision = ev.mod_revision
+                    self._apply_owner(ev.type, ev.key, ev.value)
+            except MetaStoreError as exc:
+                log.warning("owner watch failed (%s); resuming", exc)
+            finally:
+                await watch.aclose()  # type: ignore[attr-defined]
+
+    def _apply_owner(self, kind: str, key: str, value: bytes) -> None:
+        parts = key.split("/")  # ["", "owners", topic, partition]
+        if len(parts) != 4 or not parts[3].isdigit():
+            return
+        tp = (parts[2], int(parts[3]))
+        if kind == "delete":
+            self._owners.pop(tp, None)
+            return
+        try:
+            d = json.loads(value)
+            self._owners[tp] = (int(d["broker"]), int(d["epoch"]))
+        except (ValueError, KeyError, TypeError):
+            return
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The epoch of the partition's current owner key, or -1 when nobody holds it."""
+        owner = self._owners.get((topic, partition))
+        return owner[1] if owner else -1
+
+    def _decode_broker(self, value: bytes, node_id: int) -> BrokerInfo | None:
+        try:
+            d = json.loads(value)
+            return BrokerInfo(node_id, str(d["host"]), int(d["port"]), d.get("rack"))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def _notify(self) -> None:
+        for cb in list(self._listeners):
+            try:
+                cb()
+            except Exception:  # a listener bug must not kill the watch
+                log.exception("membership listener failed")
+
+    # -- queries ------------------------------------------------------------------------
+    def add_listener(self, cb: Callable[[], None]) -> None:
+        self._listeners.append(cb)
+
+    def on_lease_lost(self, cb: Callable[[], None]) -> None:
+        self._lost_lease.append(cb)
+
+    def brokers(self) -> list[BrokerInfo]:
+        return sorted(self._brokers.values(), key=lambda b: b.node_id)
+
+    def broker(self, node_id: int) -> BrokerInfo | None:
+        return self._brokers.get(node_id)
+
+    def controller_id(self) -> int:
+        return min(self._brokers) if self._brokers else self.me.node_id
+
+    def partition_owner(self, topic: str, partition: int) -> BrokerInfo:
+        return rendezvous(f"p\x00{topic}\x00{partition}", self.brokers()) or self.me
+
+    def owns_partition(self, topic: str, partition: int) -> bool:
+        return self.partition_owner(topic, partition).node_id == self.me.node_id
+
+    def group_coordinator(self, group_id: str) -> BrokerInfo:
+        return rendezvous(f"g\x00{group_id}", self.brokers()) or self.me
+
+    def owns_group(self, group_id: str) -> bool:
+        return self.group_coordinator(group_id).node_id == self.me.node_id

@@ -1,0 +1,50 @@
+"""Broker configuration: one frozen dataclass, filled from flags and KAFSCALE_* variables."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092
+    advertised_host: str = "127.0.0.1"
+    advertised_port: int = 9092
+    store_url: str = "file://./data"
+    meta_url: str = "embedded"
+    data_dir: str = "./data"
+    meta_prefix: str = "/kafscale"
+    namespace: str = "default"
+    node_id: int = 0
+    rack: str | None = None
+    http: str | None = None  # "host:port" for /healthz /readyz /metrics
+    cluster_id: str = "kafscale"
+    # topics
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    # write path (DESIGN §4)
+    flush_bytes: int = 4 * 1024 * 1024
+    flush_interval_ms: int = 5
+    flush_concurrency: int = 16
+    max_request_bytes: int = 100 * 1024 * 1024
+    max_message_bytes: int = 16 * 1024 * 1024
+    connection_inflight_bytes: int = 64 * 1024 * 1024
+    broker_inflight_bytes: int = 512 * 1024 * 1024
+    # read path (DESIGN §7)
+    cache_bytes: int = 256 * 1024 * 1024
+    read_ahead_bytes: int = 4 * 1024 * 1024
+    index_interval: int = 100
+    # cluster (DESIGN §6)
+    lease_ttl_s: int = 10
+    # groups (issue 3)
+    offsets_retention_minutes: int = 7 * 24 * 60
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def new_cluster_id() -> str:
+        return uuid.uuid4().hex[:22]

@@ -1,0 +1,285 @@
+"""One client connection: framing, in-order dispatch, pipelined responses.
+
+Reading: a ``BufferedProtocol``. Small frames are parsed out of a scratch buffer; a frame
+that does not fit gets its own ``bytearray`` and the socket reads straight into it, so
+record bytes are copied at most once between the socket and the segment. Each frame stays
+one writable buffer: handlers slice it into ``memoryview``s and patch batch headers in
+place.
+
+Dispatch: requests are decoded and handled one at a time, in arrival order. A handler
+may return a deferred response (Produce waits for its commit): it is queued and the next
+request is read at once. The writer sends responses strictly in request order.
+
+Admission control: the bytes of frames read but not yet answered are counted per
+connection and per broker; past either limit the connection stops reading (TCP pushes
+back on the client) until responses go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from broker.handlers import REGISTRY, Encoded, RequestContext
+from protocol.codec import api_versions_fallback, decode_request, encode_response
+from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.frame import RequestHeader, parse_request_header
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+SCRATCH = 256 * 1024
+COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
+API_VERSIONS = 18
+
+
+class _Raw:
+    """A whole response frame, already encoded (the ApiVersions fallback)."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self, buffers: list[Any]) -> None:
+        self.buffers = buffers
+
+
+class Connection(asyncio.BufferedProtocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
+        self._scratch = bytearray(SCRATCH)
+        self._scratch_view = memoryview(self._scratch)
+        self._filled = 0
+        self._frame: bytearray | None = None
+        self._frame_pos = 0
+        self._frames: deque[bytearray] = deque()
+        self._frames_ready = asyncio.Event()
+        self._out: deque[tuple[RequestHeader, Any, int]] = deque()
+        self._out_ready = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self.inflight = 0
+        self._paused = False
+        self._closed = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- transport callbacks ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is duck-typed
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
+        self.broker.connections.add(self)
+        self._tasks = [
+            asyncio.create_task(self._process_loop(), name=f"conn-process {self.peer}"),
+            asyncio.create_task(self._write_loop(), name=f"conn-write {self.peer}"),
+        ]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.broker.connections.discard(self)
+        self.broker.release_inflight(self, self.inflight)
+        self.inflight = 0
+        for t in self._tasks:
+            t.cancel()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._frame_pos :]
+        return self._scratch_view[self._filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._frame_pos += nbytes
+            if self._frame_pos == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._deliver(frame)
+            return
+        self._filled += nbytes
+        self._split_scratch()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    # -- framing ------------------------------------------------------------------------
+    def _split_scratch(self) -> None:
+        data, end, pos = self._scratch, self._filled, 0
+        limit = self.broker.config.max_request_bytes
+        while end - pos >= 4:
+            size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+            if size < 0 or size > limit:
+                log.warning("closing %s: frame size %d outside 0..%d", self.peer, size, limit)
+                self.close()
+                return
+            have = end - pos - 4
+            if have >= size:
+                self._deliver(bytearray(data[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+                continue
+            frame = bytearray(size)
+            frame[:have] = data[pos + 4 : end]
+            self._frame, self._frame_pos = frame, have
+            pos = end
+            break
+        rest = end - pos
+        if rest and pos:
+            data[:rest] = data[pos:end]
+        self._filled = rest
+
+    def _deliver(self, frame: bytearray) -> None:
+        self._frames.append(frame)
+        self.inflight += len(frame)
+        self.broker.acquire_inflight(self, len(frame))
+        self._frames_ready.set()
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None and not self._closed:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self._closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def close(self) -> None:
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()
+
+    # -- dispatch -----------------------------------------------------------------------
+    async def _process_loop(self) -> None:
+        while not self._closed:
+            if not self._frames:
+                self._frames_ready.clear()
+                await self._frames_ready.wait()
+                continue
+            frame = self._frames.popleft()
+            try:
+                item = await self._dispatch(frame)
+            except KafkaProtocolError as exc:
+                log.warning("closing %s: %s", self.peer, exc)
+                self.close()
+                return
+            except Exception:
+                log.exception("closing %s: handler failed", self.peer)
+                self.close()
+                return
+            if item is None:
+                continue
+            self._out.append(item)
+            self._out_ready.set()
+
+    async def _dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any, int] | None:
+        mv = memoryview(frame)
+        hdr = parse_request_header(mv)
+        api = REGISTRY.get(hdr.api_key)
+        size = len(frame)
+        if api is None:
+            raise KafkaProtocolError(
+                ErrorCode.INVALID_REQUEST, f"unknown API key {hdr.api_key} v{hdr.api_version}"
+            )
+        if not api.min_version <= hdr.api_version <= api.max_version:
+            if hdr.api_key == API_VERSIONS:
+                keys = [(a.key, a.min_version, a.max_version) for a in REGISTRY.values()]
+                return hdr, _Raw(api_versions_fallback(hdr.correlation_id, sorted(keys))), size
+            raise KafkaProtocolError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"API {hdr.api_key} v{hdr.api_version} is not supported",
+            )
+        body = mv[hdr.size :]
+        if api.decode is not None:
+            request = api.decode(body, hdr.api_version)
+        else:
+            request = decode_request(hdr.api_key, hdr.api_version, body)
+        ctx = RequestContext(self.broker, hdr, self.peer)
+        result = await api.handle(ctx, request)
+        if inspect.isawaitable(result):
+            result = asyncio.ensure_future(result)
+        elif result is None:
+            self._answered(size)
+            return None
+        return hdr, result, size
+
+    def _answered(self, size: int) -> None:
+        self.inflight -= size
+        self.broker.release_inflight(self, size)
+
+    async def _write_loop(self) -> None:
+        while not self._closed:
+            if not self._out:
+                self._out_ready.clear()
+                await self._out_ready.wait()
+                continue
+            hdr, item, size = self._out.popleft()
+            try:
+                if isinstance(item, asyncio.Future):
+                    item = await item
+                bufs = self._encode(hdr, item)
+            except KafkaProtocolError as exc:
+                log.warning("closing %s: %s", self.peer, exc)
+                self.close()
+                return
+            except Exception:
+                log.exception("closing %s: response failed", self.peer)
+                self.close()
+                return
+            self._answered(size)
+            if bufs:
+                self._send(bufs)
+                if not self._can_write.is_set():
+                    await self._can_write.wait()
+
+    def _encode(self, hdr: RequestHeader, item: Any) -> list[Any] | None:
+        if item is None:
+            return None
+        if isinstance(item, _Raw):
+            return item.buffers
+        if isinstance(item, Encoded):
+            return encode_response(
+                hdr.api_key, hdr.api_version, hdr.correlation_id, item.buffers
+            )
+        return encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, item)
+
+    def _send(self, bufs: list[Any]) -> None:
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        small: list[Any] = []
+        small_len = 0
+        for b in bufs:
+            n = b.nbytes if isinstance(b, memoryview) else len(b)
+            if n < COALESCE:
+                small.append(b)
+                small_len += n
+                if small_len >= COALESCE:
+                    transport.write(b"".join(small))
+                    small, small_len = [], 0
+                continue
+            if small:
+                transport.write(b"".join(small))
+                small, small_len = [], 0
+            transport.write(b)
+        if small:
+            transport.write(b"".join(small) if len(small) > 1 else small[0])

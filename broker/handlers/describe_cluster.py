@@ -1,0 +1,45 @@
+"""DescribeCluster (key 60), versions 0-1.
+
+Lists the live brokers (their registrations in the metadata store), the cluster id and
+the controller id (the lowest live node id: there is no controller, every broker can
+serve every metadata operation). v1 endpoint type 1 (brokers) only; asking for
+controllers (2) gets MISMATCHED_ENDPOINT_TYPE. Authorized operations are not computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeClusterResponse
+
+from broker.handlers.registry import RequestContext, api
+from protocol.errors import ErrorCode
+
+_Broker = DescribeClusterResponse.DescribeClusterBroker
+
+
+@api(60, 0, 1)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    if getattr(request, "endpoint_type", 1) not in (1,):
+        return DescribeClusterResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.MISMATCHED_ENDPOINT_TYPE),
+            error_message="only broker endpoints are served",
+            endpoint_type=request.endpoint_type,
+            cluster_id=broker.cluster_id,
+            controller_id=-1,
+            brokers=[],
+        )
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.cluster.controller_id(),
+        brokers=[
+            _Broker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in broker.cluster.brokers()
+        ],
+    )

@@ -1,0 +1,143 @@
+"""Fetch (key 1), versions 4-16.
+
+The high watermark is the committed log end. Whole batches are returned: a fetch offset
+inside a batch returns the batch that contains it, and at least one batch even above the
+byte limits (the first partition with data). Data comes from the segment cache (recent
+commits are cached as they are written) or from the object store (one GET per fetch,
+If-Match the manifest's ETag). When less than ``min_bytes`` is ready the request waits
+on its partitions' commit events (never a sleep loop) until ``max_wait_ms``. The response
+is encoded by ``protocol.fetch_fast`` as a list of buffers that reference the segment
+bytes (no copy).
+
+Deviations: fetch sessions (v7+) are not kept: the response's session id is 0, which
+tells clients to keep sending full fetch requests (KIP-227's sessionless mode). The
+client's current leader epoch is not checked (owners change only through the metadata
+store's fencing, DESIGN §6). There are no transactions, so the last stable offset is the
+high watermark and there are never aborted transactions. v13+ topics are named by id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from broker.handlers.registry import Encoded, RequestContext, api
+from broker.partition import PartitionLog
+from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.fetch_fast import (
+    FetchPartitionData,
+    FetchResponseData,
+    FetchTopicData,
+    encode_fetch_response,
+)
+
+_ZERO = uuid.UUID(int=0)
+
+
+@dataclass(slots=True)
+class _Want:
+    index: int
+    offset: int
+    max_bytes: int
+    log: PartitionLog | None
+    error: ErrorCode = ErrorCode.NONE
+
+
+async def _resolve(ctx: RequestContext, request: Any, version: int) -> list[tuple[str, uuid.UUID, list[_Want]]]:
+    topics = ctx.broker.topics
+    out = []
+    for t in request.topics:
+        if version >= 13:
+            info = topics.get_by_id(t.topic_id)
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            info = topics.get(t.topic)
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        name = info.name if info else (t.topic if version < 13 else "")
+        wants = []
+        for p in t.partitions:
+            w = _Want(p.partition, p.fetch_offset, p.partition_max_bytes, None)
+            if info is None:
+                w.error = missing
+            else:
+                try:
+                    w.log = await ctx.broker.logs.get(info.name, p.partition)
+                except KafkaProtocolError as exc:
+                    w.error = exc.code
+            wants.append(w)
+        out.append((name, info.topic_id if info else getattr(t, "topic_id", _ZERO) or _ZERO, wants))
+    return out
+
+
+async def _collect(
+    ctx: RequestContext, plan: list[tuple[str, uuid.UUID, list[_Want]]], max_bytes: int, committed: bool
+) -> tuple[FetchResponseData, int]:
+    total = 0
+    topics = []
+    for name, tid, wants in plan:
+        parts = []
+        for w in wants:
+            lg = w.log
+            if lg is None or w.error != ErrorCode.NONE:
+                parts.append(FetchPartitionData(w.index, error_code=int(w.error)))
+                continue
+            if w.offset < lg.log_start or w.offset > lg.hw:
+                parts.append(
+                    FetchPartitionData(
+                        w.index,
+                        error_code=int(ErrorCode.OFFSET_OUT_OF_RANGE),
+                        high_watermark=lg.hw,
+                        last_stable_offset=lg.hw,
+                        log_start_offset=lg.log_start,
+                    )
+                )
+                continue
+            records: list[Any] = []
+            budget = min(w.max_bytes, max_bytes - total)
+            if w.offset < lg.hw and (budget > 0 or total == 0):
+                records = await ctx.broker.logs.read(lg, w.offset, max(budget, 1))
+                total += sum(len(r) for r in records)
+            parts.append(
+                FetchPartitionData(
+                    w.index,
+                    high_watermark=lg.hw,
+                    last_stable_offset=lg.hw,
+                    log_start_offset=lg.log_start,
+                    aborted_transactions=[] if committed else None,
+                    records=records,
+                )
+            )
+        topics.append(FetchTopicData(name, tid, parts))
+    return FetchResponseData(topics=topics), total
+
+
+@api(1, 4, 16)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    committed = getattr(request, "isolation_level", 0) == 1
+    plan = await _resolve(ctx, request, version)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, request.max_wait_ms) / 1000
+    while True:
+        resp, total = await _collect(ctx, plan, max_bytes, committed)
+        remaining = deadline - loop.time()
+        errors = any(w.error != ErrorCode.NONE for _, _, ws in plan for w in ws)
+        if request.min_bytes <= 0 or total >= max(1, request.min_bytes) or remaining <= 0 or errors:
+            return Encoded(encode_fetch_response(version, resp))
+        logs = [w.log for _, _, ws in plan for w in ws if w.log is not None]
+        if not logs:
+            return Encoded(encode_fetch_response(version, resp))
+        waiter: asyncio.Future[None] = loop.create_future()
+        for lg in logs:
+            lg.waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, remaining)
+        except TimeoutError:
+            pass
+        finally:
+            for lg in logs:
+                if waiter in lg.waiters:
+                    lg.waiters.remove(waiter)

@@ -1,0 +1,104 @@
+"""ListOffsets (key 2), versions 0-8.
+
+Earliest (-2) is the first offset still in the manifest, latest (-1) the committed log
+end (high watermark), max timestamp (-3, v7+) the record with the largest timestamp,
+earliest-local (-4) the same as earliest (every segment is "local": it is in the store).
+A timestamp T finds the first segment whose manifest ``max_ts`` reaches T, then the
+first batch whose max timestamp does, then the first record at or after T in it.
+v0 answers with ``old_style_offsets`` (at most one offset). Read-committed isolation
+answers the same as read-uncommitted: there are no transactions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import ListOffsetsResponse
+
+from broker.handlers.registry import RequestContext, api
+from broker.logs import LogManager
+from broker.partition import PartitionLog
+from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.records import decode_batch
+from segments.format import iter_segment_batches
+
+_Topic = ListOffsetsResponse.ListOffsetsTopicResponse
+_Part = _Topic.ListOffsetsPartitionResponse
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+async def _by_timestamp(logs: LogManager, lg: PartitionLog, ts: int) -> tuple[int, int]:
+    for seg in lg.segments:
+        if seg.max_ts < ts:
+            continue
+        data = await logs.segment_batches(lg, seg)
+        for _pos, hdr, view in iter_segment_batches(data):
+            if hdr.max_timestamp < ts:
+                continue
+            _h, records = decode_batch(view)
+            for rec in records:
+                if rec.timestamp >= ts:
+                    return rec.offset, rec.timestamp
+    return -1, -1
+
+
+async def _max_timestamp(logs: LogManager, lg: PartitionLog) -> tuple[int, int]:
+    if not lg.segments:
+        return -1, -1
+    best = max(lg.segments, key=lambda s: s.max_ts)  # first of equals: earliest segment
+    data = await logs.segment_batches(lg, best)
+    found = (-1, -1)
+    for _pos, hdr, view in iter_segment_batches(data):
+        if hdr.max_timestamp == best.max_ts:
+            _h, records = decode_batch(view)
+            for rec in records:
+                if rec.timestamp == best.max_ts:
+                    return rec.offset, rec.timestamp
+            found = (hdr.last_offset, hdr.max_timestamp)
+    return found
+
+
+async def _lookup(ctx: RequestContext, lg: PartitionLog, ts: int) -> tuple[int, int]:
+    if ts == LATEST:
+        return lg.hw, -1
+    if ts in (EARLIEST, EARLIEST_LOCAL):
+        return lg.log_start, -1
+    if ts == MAX_TIMESTAMP:
+        return await _max_timestamp(ctx.broker.logs, lg)
+    if ts < 0:
+        raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, f"unknown timestamp {ts}")
+    return await _by_timestamp(ctx.broker.logs, lg, ts)
+
+
+async def _partition(ctx: RequestContext, topic: str, p: Any, version: int) -> Any:
+    info = ctx.broker.topics.get(topic)
+    if info is None or not 0 <= p.partition_index < info.partitions:
+        return _Part(partition_index=p.partition_index, error_code=3, offset=-1, timestamp=-1)
+    try:
+        lg = await ctx.broker.logs.get(topic, p.partition_index)
+        offset, ts = await _lookup(ctx, lg, p.timestamp)
+    except KafkaProtocolError as exc:
+        return _Part(
+            partition_index=p.partition_index, error_code=int(exc.code), offset=-1, timestamp=-1
+        )
+    if version == 0:
+        olds = [offset] if offset >= 0 and getattr(p, "max_num_offsets", 1) > 0 else []
+        return _Part(partition_index=p.partition_index, error_code=0, old_style_offsets=olds)
+    return _Part(
+        partition_index=p.partition_index,
+        error_code=0,
+        timestamp=ts,
+        offset=offset,
+        leader_epoch=lg.epoch,
+    )
+
+
+@api(2, 0, 8)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    topics = []
+    for t in request.topics:
+        parts = [await _partition(ctx, t.name, p, version) for p in t.partitions]
+        topics.append(_Topic(name=t.name, partitions=parts))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,196 @@
+"""Produce (key 0), versions 0-11.
+
+Decoded by ``protocol.produce_fast`` without copying record bytes; batches are validated
+(magic 2, CRC-32C, record count, size limits, idempotent sequence) and appended in
+arrival order; the response is *deferred* until the flush cycle commits them (DESIGN
+§4), so a connection keeps reading while its produces wait. acks=0 gets no response.
+
+Deviations: v0-2 magic 0/1 message sets are converted to v2 batches on arrival (one
+copy). Transactions are not supported: transactional batches get INVALID_RECORD, and a
+request with a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED. The request
+timeout bounds the wait for the commit; past it the partition answers
+REQUEST_TIMED_OUT (the commit may still land; idempotent retries are deduplicated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from broker.handlers.registry import Encoded, RequestContext, api
+from broker.partition import AppendError, PartitionLog
+from broker.topics import TopicInfo, is_valid_topic_name
+from protocol.batch import CorruptBatchError, iter_batches, set_log_append_time, verify_crc
+from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.legacy import convert_message_set, is_legacy
+from protocol.produce_fast import (
+    ProducePartitionData,
+    ProducePartitionResult,
+    ProduceRequestData,
+    ProduceTopicResult,
+    decode_produce,
+    encode_produce_response,
+)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    index: int
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start: int = -1
+    waits: list[asyncio.Future[None]] | None = None
+    message: str | None = None
+
+
+def _decode(body: memoryview, version: int) -> ProduceRequestData:
+    return decode_produce(body, version)
+
+
+async def _topic(ctx: RequestContext, name: str) -> tuple[TopicInfo | None, ErrorCode]:
+    topics = ctx.broker.topics
+    info = topics.get(name)
+    if info is None and ctx.broker.config.auto_create_topics:
+        info = await topics.ensure(name)
+    if info is not None:
+        return info, ErrorCode.NONE
+    if not is_valid_topic_name(name):
+        return None, ErrorCode.INVALID_TOPIC_EXCEPTION
+    return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _validate(records: memoryview, info: TopicInfo, max_bytes: int) -> list[Any]:
+    """Frame and check every batch; raises KafkaProtocolError with the partition error."""
+    if len(records) > max_bytes:
+        raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
+    try:
+        batches = list(iter_batches(records))
+    except CorruptBatchError as exc:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
+    if not batches:
+        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "no record batch")
+    for hdr, view in batches:
+        if not verify_crc(view, hdr):
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+        if hdr.record_count != hdr.last_offset_delta + 1 or hdr.record_count <= 0:
+            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record count mismatch")
+        if hdr.is_transactional or hdr.is_control:
+            raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "transactions are not supported")
+    return batches
+
+
+def _append(
+    ctx: RequestContext, lg: PartitionLog, info: TopicInfo, part: ProducePartitionData
+) -> _Outcome:
+    out = _Outcome(part.index, log_start=lg.log_start)
+    records = part.records
+    if records is None or len(records) == 0:
+        out.error = ErrorCode.CORRUPT_MESSAGE
+        return out
+    configs = ctx.broker.topics.effective_configs(info)
+    max_bytes = int(configs.get("max.message.bytes", ctx.broker.config.max_message_bytes))
+    try:
+        if is_legacy(records):
+            records = memoryview(bytearray(convert_message_set(records)))
+        batches = _validate(records, info, max_bytes)
+    except KafkaProtocolError as exc:
+        out.error, out.message = exc.code, exc.message or None
+        return out
+    append_time = configs.get("message.timestamp.type") == "LogAppendTime"
+    now = int(time.time() * 1000)
+    waits: list[asyncio.Future[None]] = []
+    nbytes = 0
+    for i, (hdr, view) in enumerate(batches):
+        if append_time:
+            set_log_append_time(view, now)
+        res = lg.append(hdr, view)
+        if res.error != ErrorCode.NONE:
+            out.error = res.error
+            break
+        if i == 0:
+            out.base_offset = res.base_offset
+        if res.done is not None:
+            waits.append(res.done)
+        nbytes += len(view)
+    if nbytes:
+        ctx.broker.logs.appended(lg, nbytes)
+    out.waits = waits
+    out.log_append_time = now if append_time else -1
+    return out
+
+
+async def _partition(
+    ctx: RequestContext, name: str, info: TopicInfo | None, err: ErrorCode, part: Any
+) -> _Outcome:
+    if info is None:
+        return _Outcome(part.index, err)
+    if not 0 <= part.index < info.partitions:
+        return _Outcome(part.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        lg = await ctx.broker.logs.get(name, part.index)
+    except KafkaProtocolError as exc:
+        return _Outcome(part.index, exc.code)
+    return _append(ctx, lg, info, part)
+
+
+@api(0, 0, 11, decode=_decode)
+async def handle(ctx: RequestContext, request: ProduceRequestData) -> Any:
+    version = ctx.header.api_version
+    results: list[tuple[str, list[_Outcome]]] = []
+    if request.transactional_id is not None or request.acks not in (0, 1, -1):
+        code = (
+            ErrorCode.INVALID_REQUIRED_ACKS
+            if request.acks not in (0, 1, -1)
+            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
+        for t in request.topics:
+            results.append((t.name, [_Outcome(p.index, code) for p in t.partitions]))
+    else:
+        for t in request.topics:
+            info, err = await _topic(ctx, t.name)
+            outs = [await _partition(ctx, t.name, info, err, p) for p in t.partitions]
+            results.append((t.name, outs))
+    if request.acks == 0:
+        return None
+    return _respond(version, results, request.timeout_ms)
+
+
+async def _respond(version: int, results: list[tuple[str, list[_Outcome]]], timeout_ms: int) -> Any:
+    waits = [w for _, outs in results for o in outs for w in (o.waits or ())]
+    if waits:
+        await asyncio.wait(waits, timeout=max(timeout_ms, 1000) / 1000)
+    topics = []
+    for name, outs in results:
+        parts = []
+        for o in outs:
+            code = o.error
+            if code == ErrorCode.NONE:
+                code = _wait_result(o.waits or [])
+            ok = code == ErrorCode.NONE
+            parts.append(
+                ProducePartitionResult(
+                    index=o.index,
+                    error_code=int(code),
+                    base_offset=o.base_offset if ok else -1,
+                    log_append_time_ms=o.log_append_time if ok else -1,
+                    log_start_offset=o.log_start,
+                    error_message=o.message,
+                )
+            )
+        topics.append(ProduceTopicResult(name, parts))
+    return Encoded(encode_produce_response(version, topics))
+
+
+def _wait_result(waits: list[asyncio.Future[None]]) -> ErrorCode:
+    for w in waits:
+        if not w.done():
+            return ErrorCode.REQUEST_TIMED_OUT
+        exc = w.exception()
+        if isinstance(exc, AppendError):
+            return exc.code
+        if exc is not None:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.NONE

@@ -1,0 +1,41 @@
+"""InitProducerId (key 22), versions 0-4, idempotent producers only.
+
+Without a transactional id a new producer id comes from ``/producers/next-id`` (handed
+out in blocks of 1000 per broker, compare-and-set) at epoch 0. A v3+ request that names
+its current id and epoch (KIP-360, the producer resetting its sequences) keeps the id and
+gets the next epoch; at the epoch limit it gets a fresh id. Transactions are not
+supported: a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients
+report as a fatal error naming the transactional id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.producer import InitProducerIdResponse
+
+from broker.handlers.registry import RequestContext, api
+from protocol.errors import ErrorCode
+
+MAX_EPOCH = 32767
+
+
+@api(22, 0, 4)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id is not None:
+        return InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
+        return InitProducerIdResponse(
+            throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch + 1
+        )
+    new_pid = await ctx.broker.producer_ids.allocate()
+    return InitProducerIdResponse(
+        throttle_time_ms=0, error_code=0, producer_id=new_pid, producer_epoch=0
+    )

@@ -1,0 +1,492 @@
+"""The partition logs this broker owns: acquisition, group commit, reads (DESIGN §4, §6, §7).
+
+Write path: handlers append to a ``PartitionLog`` (offsets assigned in memory); a single
+flusher task runs *flush cycles*: when any partition's buffer reaches ``flush_bytes`` or
+the oldest buffered batch is ``flush_interval_ms`` old, it takes every partition's buffer,
+writes each as a segment + index object with a conditional PUT (bounded concurrency),
+then commits ONE metadata transaction for the cycle (chunked at the store's op limit)
+that checks each partition's owner key and end-key revision and appends the manifest
+entry and the new log end. Only then are the appends acknowledged.
+
+Ownership: the owner of a partition holds ``/owners/{t}/{p}`` under this broker's lease
+with an epoch that increases on every change of owner; every commit compares it, so a
+broker that lost ownership can never commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker.meta.base import Compare, Delete, KeyValue, MetaStore, MetaStoreError, Put
+from broker.partition import ACTIVE, RELEASING, PartitionLog, PendingBatch, SegmentMeta
+from protocol.batch import iter_batches
+from protocol.errors import ErrorCode, KafkaProtocolError
+from segments.cache import SegmentCache
+from segments.format import build_segment, index_key, parse_index, segment_key
+from segments.reader import read_from, slice_batches
+from segments.store import ObjectExistsError, ObjectStore, StoreError
+
+if TYPE_CHECKING:
+    from broker.cluster import Cluster
+    from broker.config import BrokerConfig
+    from broker.topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+WHOLE_READ_LIMIT = 16 * 1024 * 1024  # segments up to this size are read (and cached) whole
+ACQUIRE_WAIT_S = 5.0
+
+
+def _end_key(topic: str, partition: int) -> str:
+    return f"/logs/{topic}/{partition}/end"
+
+
+def _owner_key(topic: str, partition: int) -> str:
+    return f"/owners/{topic}/{partition}"
+
+
+def _seg_entry_key(topic: str, partition: int, base: int) -> str:
+    return f"/logs/{topic}/{partition}/segments/{base:020d}"
+
+
+def _epoch_key(topic: str, partition: int, epoch: int) -> str:
+    return f"/logs/{topic}/{partition}/epochs/{epoch:010d}"
+
+
+class LogManager:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        meta: MetaStore,
+        store: ObjectStore,
+        cluster: Cluster,
+        topics: TopicManager,
+    ) -> None:
+        self.config = config
+        self.meta = meta
+        self.store = store
+        self.cluster = cluster
+        self.topics = topics
+        self.cache = SegmentCache(config.cache_bytes)
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._acquiring: dict[tuple[str, int], asyncio.Task[PartitionLog]] = {}
+        self._dirty: set[PartitionLog] = set()
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._releases: set[asyncio.Task[None]] = set()
+        self.pending_bytes = 0  # broker-wide bytes appended, not yet committed
+        self.stats = {"flush_cycles": 0, "segments": 0, "segment_bytes": 0, "txns": 0}
+
+    async def start(self) -> None:
+        self._flusher = asyncio.create_task(self._flush_loop(), name="flusher")
+        self.cluster.add_listener(self._on_membership)
+        self.cluster.on_lease_lost(self._drop_all)
+        self.topics.add_listener(self._on_topic)
+
+    async def stop(self) -> None:
+        """Flush what is buffered, release every partition, stop the flusher."""
+        for lg in list(self.logs.values()):
+            lg.state = RELEASING
+        await self.flush_all()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        for lg in list(self.logs.values()):
+            await self._release_key(lg)
+        self.logs.clear()
+
+    # -- ownership ----------------------------------------------------------------------
+    def local(self, topic: str, partition: int) -> PartitionLog | None:
+        lg = self.logs.get((topic, partition))
+        return lg if lg is not None and lg.state == ACTIVE else None
+
+    def high_watermark(self, topic: str, partition: int) -> int:
+        lg = self.logs.get((topic, partition))
+        return lg.hw if lg is not None else -1
+
+    async def get(self, topic: str, partition: int) -> PartitionLog:
+        """The local log of (topic, partition), acquiring ownership if this broker is the
+        partition's owner. Raises KafkaProtocolError(NOT_LEADER_OR_FOLLOWER, ...)."""
+        lg = self.logs.get((topic, partition))
+        if lg is not None and lg.state == ACTIVE:
+            return lg
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if lg is not None or not self.cluster.owns_partition(topic, partition):
+            raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        tp = (topic, partition)
+        task = self._acquiring.get(tp)
+        if task is None:
+            task = asyncio.create_task(self._acquire(topic, partition, info.topic_id))
+            self._acquiring[tp] = task
+            task.add_done_callback(lambda _t: self._acquiring.pop(tp, None))
+        return await asyncio.shield(task)
+
+    async def _acquire(self, topic: str, partition: int, topic_id: object) -> PartitionLog:
+        okey, ekey = _owner_key(topic, partition), _end_key(topic, partition)
+        deadline = asyncio.get_running_loop().time() + ACQUIRE_WAIT_S
+        while True:
+            owner = await self.meta.get(okey)
+            end = await self.meta.get(ekey)
+            if owner is not None and not self._is_mine_stale(owner):
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                await self._wait_deleted(okey, owner.mod_revision, remaining)
+                continue
+            lg = await self._take(topic, partition, topic_id, owner, end)
+            if lg is not None:
+                return lg
+
+    def _is_mine_stale(self, owner: KeyValue) -> bool:
+        """An owner key left by a previous incarnation of this node id."""
+        try:
+            d = json.loads(owner.value)
+        except ValueError:
+            return False
+        return int(d.get("broker", -1)) == self.config.node_id and owner.lease != (
+            self.cluster.lease_id
+        )
+
+    async def _take(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: object,
+        owner: KeyValue | None,
+        end: KeyValue | None,
+    ) -> PartitionLog | None:
+        okey, ekey = _owner_key(topic, partition), _end_key(topic, partition)
+        next_offset, epoch = 0, 0
+        if end is not None:
+            d = json.loads(end.value)
+            next_offset, epoch = int(d["next_offset"]), int(d["epoch"])
+        epoch += 1
+        owner_value = json.dumps({"broker": self.config.node_id, "epoch": epoch}).encode()
+        compares = [
+            Compare(okey, "value", "==", owner.value)
+            if owner is not None
+            else Compare(okey, "create_revision", "==", 0),
+            Compare(ekey, "mod_revision", "==", end.mod_revision if end else 0),
+        ]
+        end_value = json.dumps({"next_offset": next_offset, "epoch": epoch}).encode()
+        res = await self.meta.txn(
+            compares,
+            [
+                Put(okey, owner_value, self.cluster.lease_id),
+                Put(ekey, end_value),
+                Put(_epoch_key(topic, partition, epoch), str(next_offset).encode()),
+            ],
+        )
+        if not res.succeeded:
+            return None
+        segs = [
+            SegmentMeta.from_json(int(kv.key.rsplit("/", 1)[-1]), kv.value)
+            for kv in await self.meta.range(f"/logs/{topic}/{partition}/segments/")
+        ]
+        epochs = [
+            (int(kv.key.rsplit("/", 1)[-1]), int(kv.value))
+            for kv in await self.meta.range(f"/logs/{topic}/{partition}/epochs/")
+        ]
+        import uuid
+
+        tid = topic_id if isinstance(topic_id, uuid.UUID) else uuid.UUID(int=0)
+        lg = PartitionLog(
+            topic, partition, tid, epoch, owner_value, res.revision, next_offset, segs, epochs
+        )
+        await self._rebuild_producers(lg)
+        self.logs[(topic, partition)] = lg
+        log.info(
+            "took ownership of %s-%d at epoch %d (log end %d, %d segments)",
+            topic,
+            partition,
+            epoch,
+            next_offset,
+            len(segs),
+        )
+        return lg
+
+    async def _wait_deleted(self, key: str, revision: int, timeout: float) -> None:
+        watch = self.meta.watch(key, start_revision=revision + 1)
+        try:
+            async with asyncio.timeout(timeout):
+                async for ev in watch:
+                    if ev.type == "delete":
+                        return
+        except TimeoutError:
+            return
+        finally:
+            await watch.aclose()  # type: ignore[attr-defined]
+
+    async def _rebuild_producers(self, lg: PartitionLog, max_segments: int = 4) -> None:
+        """Idempotent-producer state from the batch headers of the newest segments."""
+        from segments.format import iter_segment_batches
+
+        for seg in lg.segments[-max_segments:]:
+            try:
+                data = await self._segment_data(lg, seg)
+            except (StoreError, ValueError) as exc:
+                log.warning("producer state rebuild skipped a segment: %s", exc)
+                continue
+            for _pos, hdr, _view in iter_segment_batches(data):
+                if hdr.producer_id >= 0 and hdr.base_sequence >= 0:
+                    from broker.partition import last_sequence
+
+                    lg.producers.record(
+                        hdr.producer_id,
+                        hdr.producer_epoch,
+                        hdr.base_sequence,
+                        last_sequence(hdr.base_sequence, hdr.last_offset_delta),
+                        hdr.base_offset,
+                        None,
+                    )
+
+    def _on_membership(self) -> None:
+        for (topic, partition), lg in list(self.logs.items()):
+            if lg.state == ACTIVE and not self.cluster.owns_partition(topic, partition):
+                task = asyncio.create_task(self._hand_off(lg))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
+
+    async def _hand_off(self, lg: PartitionLog) -> None:
+        lg.state = RELEASING
+        await self.flush_all()
+        await self._release_key(lg)
+        self.logs.pop((lg.topic, lg.partition), None)
+        lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        log.info("handed off %s-%d", lg.topic, lg.partition)
+
+    async def _release_key(self, lg: PartitionLog) -> None:
+        okey = _owner_key(lg.topic, lg.partition)
+        with contextlib.suppress(MetaStoreError):
+            await self.meta.txn([Compare(okey, "value", "==", lg.owner_value)], [Delete(okey)])
+
+    def _drop_all(self) -> None:
+        for lg in list(self.logs.values()):
+            lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.logs.clear()
+
+    def _on_topic(self, name: str, info: object) -> None:
+        for (topic, partition), lg in list(self.logs.items()):
+            if topic == name and (info is None or lg.topic_id != getattr(info, "topic_id", None)):
+                self.logs.pop((topic, partition), None)
+                lg.close(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if info is None:
+            self.cache.evict_prefix(f"{self.config.namespace}/{name}/")
+
+    # -- write path ---------------------------------------------------------------------
+    def appended(self, lg: PartitionLog, nbytes: int) -> None:
+        """Tell the flusher ``lg`` has new data (called after PartitionLog.append)."""
+        self.pending_bytes += nbytes
+        self._dirty.add(lg)
+        if lg.pending_bytes >= self.config.flush_bytes:
+            self._wake.set()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                self.config.flush_interval_ms / 1000, self._fire
+            )
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._wake.set()
+
+    async def flush_all(self) -> None:
+        """Run flush cycles until nothing is buffered (used on hand-off and shutdown)."""
+        while any(lg.pending for lg in self.logs.values()) or any(
+            lg.flushing is not None for lg in self.logs.values()
+        ):
+            self._wake.set()
+            waits = [lg.pending[-1].future for lg in self.logs.values() if lg.pending]
+            waits += [lg.flushing for lg in self.logs.values() if lg.flushing is not None]
+            await asyncio.wait(waits)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            ready = [lg for lg in self._dirty if lg.pending]
+            self._dirty.clear()
+            if ready:
+                try:
+                    await self._flush_cycle(ready)
+                except Exception:  # never let the flusher die
+                    log.exception("flush cycle failed")
+            if self._dirty and self._timer is None and not self._wake.is_set():
+                oldest = min(lg.pending_since for lg in self._dirty if lg.pending)
+                delay = oldest + self.config.flush_interval_ms / 1000
+                delay -= asyncio.get_running_loop().time()
+                if delay <= 0:
+                    self._wake.set()
+                else:
+                    self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    async def _flush_cycle(self, ready: list[PartitionLog]) -> None:
+        loop = asyncio.get_running_loop()
+        jobs: list[tuple[PartitionLog, list[PendingBatch]]] = []
+        for lg in ready:
+            pend = lg.take_pending()
+            lg.flushing = loop.create_future()
+            jobs.append((lg, pend))
+        try:
+            sem = asyncio.Semaphore(self.config.flush_concurrency)
+            uploads = await asyncio.gather(
+                *(self._upload(sem, lg, pend) for lg, pend in jobs), return_exceptions=True
+            )
+            done: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]] = []
+            for (lg, pend), res in zip(jobs, uploads, strict=True):
+                if isinstance(res, BaseException):
+                    log.warning(
+                        "segment upload for %s-%d failed: %s", lg.topic, lg.partition, res
+                    )
+                    lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+                else:
+                    done.append((lg, pend, res))
+            per_txn = max(1, self.meta.max_txn_ops // 2)
+            for i in range(0, len(done), per_txn):
+                await self._commit(done[i : i + per_txn])
+            self.stats["flush_cycles"] += 1
+        finally:
+            for lg, pend in jobs:
+                self.pending_bytes -= sum(len(p.view) for p in pend)
+                fut, lg.flushing = lg.flushing, None
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+
+    async def _upload(
+        self, sem: asyncio.Semaphore, lg: PartitionLog, pend: list[PendingBatch]
+    ) -> SegmentMeta:
+        async with sem:
+            base = pend[0].base_offset
+            built = build_segment(
+                base, [p.view for p in pend], int(time.time() * 1000), self.config.index_interval
+            )
+            data = b"".join(built.buffers)  # one copy: the store body and the tail cache
+            ns = self.config.namespace
+            skey = segment_key(ns, lg.topic, lg.partition, base)
+            await self._put_fresh(index_key(ns, lg.topic, lg.partition, base), built.index)
+            etag = await self._put_fresh(skey, data)
+            self.cache.put(skey, data, parse_index(built.index), etag)
+            self.stats["segments"] += 1
+            self.stats["segment_bytes"] += built.size
+            return SegmentMeta(
+                base, built.last_offset, built.size, built.record_count, built.max_timestamp, etag
+            )
+
+    async def _put_fresh(self, key: str, data: bytes) -> str:
+        """Conditional PUT; an object already there is not in the manifest (its base is
+        past the committed end), so it is a stray from a crash or a fenced owner: delete
+        it and try again."""
+        for _ in range(3):
+            try:
+                return await self.store.put_if_absent(key, [data])
+            except ObjectExistsError:
+                log.warning("deleting stray object %s (not in the manifest)", key)
+                await self.store.delete(key)
+        raise StoreError(f"could not write {key}: it keeps reappearing")
+
+    async def _commit(self, chunk: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]]) -> None:
+        try:
+            res = await self.meta.txn(*self._commit_ops(chunk))
+            self.stats["txns"] += 1
+        except MetaStoreError as exc:
+            log.warning("manifest commit failed: %s", exc)
+            for lg, pend, _seg in chunk:
+                lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+            return
+        if res.succeeded:
+            for lg, pend, seg in chunk:
+                lg.committed(seg, res.revision, pend)
+            return
+        if len(chunk) > 1:  # find which partition was fenced
+            for item in chunk:
+                await self._commit([item])
+            return
+        lg, pend, _seg = chunk[0]
+        log.warning("lost ownership of %s-%d (epoch %d fenced)", lg.topic, lg.partition, lg.epoch)
+        lg.failed(pend, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.logs.pop((lg.topic, lg.partition), None)
+        lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def _commit_ops(
+        self, chunk: Iterable[tuple[PartitionLog, list[PendingBatch], SegmentMeta]]
+    ) -> tuple[list[Compare], list[Put]]:
+        compares: list[Compare] = []
+        ops: list[Put] = []
+        for lg, _pend, seg in chunk:
+            compares.append(Compare(_owner_key(lg.topic, lg.partition), "value", "==", lg.owner_value))
+            compares.append(Compare(_end_key(lg.topic, lg.partition), "mod_revision", "==", lg.end_rev))
+            ops.append(Put(_seg_entry_key(lg.topic, lg.partition, seg.base), seg.to_json()))
+            end = {"next_offset": seg.last + 1, "epoch": lg.epoch}
+            ops.append(Put(_end_key(lg.topic, lg.partition), json.dumps(end).encode()))
+        return compares, ops
+
+    # -- read path ----------------------------------------------------------------------
+    async def _segment_data(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
+        key = segment_key(self.config.namespace, lg.topic, lg.partition, seg.base)
+        cached = self.cache.get(key, seg.etag)
+        if cached is not None:
+            return cached.data  # type: ignore[return-value]
+        data = await self.store.get(key, if_match=seg.etag or None)
+        self.cache.put(key, data, None, seg.etag)
+        return data
+
+    async def read(self, lg: PartitionLog, offset: int, max_bytes: int) -> list[memoryview]:
+        """Whole batches from ``offset`` (at least one when any is committed), up to
+        ``max_bytes``; continues into following segments while they are cached."""
+        out: list[memoryview] = []
+        total = 0
+        idx = lg.segment_index(offset)
+        remote_reads = 0
+        while 0 <= idx < len(lg.segments) and offset < lg.hw and total < max_bytes:
+            seg = lg.segments[idx]
+            key = segment_key(self.config.namespace, lg.topic, lg.partition, seg.base)
+            cached = self.cache.get(key, seg.etag)
+            if cached is None and remote_reads:
+                break
+            budget = max_bytes - total
+            if cached is not None:
+                view = slice_batches(cached.data, cached.index, offset, budget)
+            elif seg.bytes <= WHOLE_READ_LIMIT:
+                remote_reads += 1
+                view = slice_batches(await self._segment_data(lg, seg), None, offset, budget)
+            else:
+                remote_reads += 1
+                ikey = index_key(self.config.namespace, lg.topic, lg.partition, seg.base)
+                index = parse_index(await self.store.get(ikey))
+                view = await read_from(self.store, key, index, offset, budget, seg.bytes, seg.etag)
+            if len(view) == 0:
+                idx += 1
+                continue
+            if out and total + len(view) > max_bytes:
+                break
+            out.append(view)
+            total += len(view)
+            last = _last_offset(view)
+            if last < seg.last:  # the budget ended inside this segment
+                break
+            offset = last + 1
+            idx += 1
+        return out
+
+    async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
+        """The whole segment object (cached), for timestamp lookups."""
+        return await self._segment_data(lg, seg)
+
+
+def _last_offset(view: memoryview) -> int:
+    last = -1
+    for hdr, _ in iter_batches(view):
+        last = hdr.last_offset
+    return last

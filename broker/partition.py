@@ -1,0 +1,236 @@
+"""One partition owned by this broker: offsets, the open buffer, the committed manifest.
+
+Offsets are assigned in memory at append time; the batch's ``baseOffset`` and
+``partitionLeaderEpoch`` are patched in place (outside the CRC). Appended batches wait in
+``pending`` until the log manager's flush cycle writes them as a segment and commits the
+manifest entry; only then does ``hw`` (the high watermark = committed log end) move and
+the append futures resolve (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from broker.producers import INT32_MAX, ProducerState
+from protocol.batch import BatchHeader, set_base_offset, set_leader_epoch
+from protocol.errors import ErrorCode
+
+ACTIVE = "active"
+RELEASING = "releasing"
+CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMeta:
+    """A committed manifest entry (``/logs/{t}/{p}/segments/{base:020d}``)."""
+
+    base: int
+    last: int
+    bytes: int
+    records: int
+    max_ts: int
+    etag: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "base": self.base,
+                "last": self.last,
+                "bytes": self.bytes,
+                "records": self.records,
+                "max_ts": self.max_ts,
+                "etag": self.etag,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, base: int, value: bytes) -> SegmentMeta:
+        d = json.loads(value)
+        return cls(
+            base,
+            int(d["last"]),
+            int(d["bytes"]),
+            int(d["records"]),
+            int(d.get("max_ts", -1)),
+            str(d.get("etag", "")),
+        )
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    header: BatchHeader
+    view: memoryview
+    base_offset: int
+    future: asyncio.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error: ErrorCode
+    base_offset: int = -1
+    done: asyncio.Future[None] | None = None  # resolves when committed
+
+
+def last_sequence(first_seq: int, delta: int) -> int:
+    """The batch's last sequence number (sequences wrap at INT32_MAX)."""
+    last = first_seq + delta
+    return last - INT32_MAX - 1 if last > INT32_MAX else last
+
+
+class PartitionLog:
+    __slots__ = (
+        "topic",
+        "partition",
+        "topic_id",
+        "epoch",
+        "owner_value",
+        "end_rev",
+        "next_offset",
+        "hw",
+        "log_start",
+        "segments",
+        "bases",
+        "pending",
+        "pending_bytes",
+        "pending_since",
+        "producers",
+        "waiters",
+        "state",
+        "flushing",
+        "epochs",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        epoch: int,
+        owner_value: bytes,
+        end_rev: int,
+        next_offset: int,
+        segments: list[SegmentMeta],
+        epochs: list[tuple[int, int]],
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.epoch = epoch
+        self.owner_value = owner_value
+        self.end_rev = end_rev
+        self.next_offset = next_offset
+        self.hw = next_offset
+        self.segments = segments
+        self.bases = [s.base for s in segments]
+        self.log_start = segments[0].base if segments else next_offset
+        self.pending: list[PendingBatch] = []
+        self.pending_bytes = 0
+        self.pending_since = 0.0
+        self.producers = ProducerState()
+        self.waiters: list[asyncio.Future[None]] = []
+        self.state = ACTIVE
+        self.flushing: asyncio.Future[None] | None = None
+        self.epochs = epochs  # [(epoch, start_offset)] ascending
+
+    # -- write side ---------------------------------------------------------------------
+    def append(self, header: BatchHeader, view: memoryview) -> AppendResult:
+        """Assign offsets to one validated v2 batch and buffer it (synchronous)."""
+        if self.state != ACTIVE:
+            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        pid = header.producer_id
+        if pid >= 0 and header.base_sequence >= 0:
+            last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
+            err, dup = self.producers.check(
+                pid, header.producer_epoch, header.base_sequence, last_seq
+            )
+            if err != ErrorCode.NONE:
+                return AppendResult(err)
+            if dup is not None:
+                return AppendResult(ErrorCode.NONE, dup.base_offset, dup.done)
+        base = self.next_offset
+        set_base_offset(view, base)
+        set_leader_epoch(view, self.epoch)
+        self.next_offset = base + header.last_offset_delta + 1
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self.pending:
+            self.pending_since = asyncio.get_running_loop().time()
+        self.pending.append(PendingBatch(header, view, base, fut))
+        self.pending_bytes += len(view)
+        if pid >= 0 and header.base_sequence >= 0:
+            self.producers.record(
+                pid,
+                header.producer_epoch,
+                header.base_sequence,
+                last_sequence(header.base_sequence, header.last_offset_delta),
+                base,
+                fut,
+            )
+        return AppendResult(ErrorCode.NONE, base, fut)
+
+    def take_pending(self) -> list[PendingBatch]:
+        pend, self.pending, self.pending_bytes = self.pending, [], 0
+        return pend
+
+    def committed(self, seg: SegmentMeta, revision: int, pend: list[PendingBatch]) -> None:
+        self.segments.append(seg)
+        self.bases.append(seg.base)
+        self.hw = seg.last + 1
+        self.end_rev = revision
+        for p in pend:
+            if not p.future.done():
+                p.future.set_result(None)
+        self.wake_waiters()
+
+    def failed(self, pend: list[PendingBatch], error: ErrorCode) -> None:
+        """A flush of ``pend`` failed: fail it and everything appended after it, and
+        rewind to the committed end so the producers' retries get fresh offsets."""
+        later = self.take_pending()
+        exc = _append_error(error)
+        for p in (*pend, *later):
+            if not p.future.done():
+                p.future.set_exception(exc)
+                p.future.exception()  # mark retrieved: waiters may be gone
+        self.next_offset = self.hw
+        self.producers.rollback(self.hw)
+
+    def close(self, error: ErrorCode) -> None:
+        self.state = CLOSED
+        self.failed([], error)
+        self.wake_waiters()
+
+    def wake_waiters(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    # -- read side ----------------------------------------------------------------------
+    def segment_index(self, offset: int) -> int:
+        """Index into ``segments`` of the segment holding ``offset`` (-1 if none)."""
+        return bisect_right(self.bases, offset) - 1
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers it."""
+        if epoch >= self.epoch:
+            return self.epoch, self.hw
+        known = [e for e, _ in self.epochs if e <= epoch]
+        if not known:
+            return -1, -1
+        found = max(known)
+        later = [start for e, start in self.epochs if e > found]
+        return found, min(later) if later else self.hw
+
+
+class AppendError(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
+def _append_error(code: ErrorCode) -> AppendError:
+    return AppendError(code)

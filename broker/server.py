@@ -1,0 +1,174 @@
+"""The broker: composes the stores, cluster, topics, logs and groups, and serves TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from typing import Any
+
+from broker.cluster import Cluster
+from broker.config import BrokerConfig
+from broker.connection import Connection
+from broker.handlers import load_all
+from broker.logs import LogManager
+from broker.meta.base import Compare, MetaStore, Put, open_meta
+from broker.topics import TopicManager
+from segments.store import ObjectStore, open_store
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK = 1000
+
+
+class ProducerIds:
+    """Producer ids handed out in blocks from ``/producers/next-id`` (compare-and-set)."""
+
+    def __init__(self, meta: MetaStore) -> None:
+        self.meta = meta
+        self._next = 0
+        self._end = 0
+        self._lock = asyncio.Lock()
+
+    async def allocate(self) -> int:
+        async with self._lock:
+            if self._next >= self._end:
+                await self._new_block()
+            pid = self._next
+            self._next += 1
+            return pid
+
+    async def _new_block(self) -> None:
+        key = "/producers/next-id"
+        while True:
+            kv = await self.meta.get(key)
+            start = int(kv.value) if kv is not None else 0
+            guard = Compare(key, "mod_revision", "==", kv.mod_revision if kv else 0)
+            end = start + PRODUCER_ID_BLOCK
+            res = await self.meta.txn([guard], [Put(key, str(end).encode())])
+            if res.succeeded:
+                self._next, self._end = start, end
+                return
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.meta: MetaStore = open_meta(config.meta_url, config.data_dir, config.meta_prefix)
+        self.store: ObjectStore = open_store(config.store_url)
+        self.cluster = Cluster(self.meta, config)
+        self.topics = TopicManager(
+            self.meta, config, store=self.store, namespace=config.namespace
+        )
+        self.logs = LogManager(config, self.meta, self.store, self.cluster, self.topics)
+        self.producer_ids = ProducerIds(self.meta)
+        self.groups: Any = None
+        self.cluster_id = config.cluster_id
+        self.connections: set[Connection] = set()
+        self.inflight = 0
+        self._server: asyncio.Server | None = None
+        self._http: Any = None
+        self.started = asyncio.Event()
+
+    # -- admission control (DESIGN §4) ---------------------------------------------------
+    def acquire_inflight(self, conn: Connection, nbytes: int) -> None:
+        self.inflight += nbytes
+        if (
+            conn.inflight > self.config.connection_inflight_bytes
+            or self.inflight > self.config.broker_inflight_bytes
+        ):
+            conn.pause()
+
+    def release_inflight(self, conn: Connection, nbytes: int) -> None:
+        self.inflight -= nbytes
+        if self.inflight <= self.config.broker_inflight_bytes:
+            for c in self.connections:
+                if c.paused and c.inflight <= self.config.connection_inflight_bytes:
+                    c.resume()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        load_all()
+        self.cluster_id = await self._cluster_id()
+        await self.cluster.start()
+        await self.topics.start()
+        await self.logs.start()
+        self.groups = await self._start_groups()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self),
+            self.config.listen_host,
+            self.config.listen_port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        if self.config.http:
+            from broker.http import start_http
+
+            self._http = await start_http(self, self.config.http)
+        self.started.set()
+
+    async def _start_groups(self) -> Any:
+        try:
+            from broker.group_store import MetaGroupStore
+            from groupcoord import GroupConfig, GroupCoordinator
+        except ImportError:  # the group coordinator is optional in minimal builds
+            log.warning("consumer groups unavailable: groupcoord is not installed")
+            return None
+        coordinator = GroupCoordinator(MetaGroupStore(self.meta), GroupConfig.from_broker(self))
+        await coordinator.start()
+        return coordinator
+
+    async def _cluster_id(self) -> str:
+        key = "/cluster/id"
+        proposed = json.dumps({"id": BrokerConfig.new_cluster_id()}).encode()
+        res = await self.meta.txn([Compare(key, "create_revision", "==", 0)], [Put(key, proposed)])
+        kv = await self.meta.get(key) if not res.succeeded else None
+        value = kv.value if kv is not None else proposed
+        return str(json.loads(value)["id"])
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._http is not None:
+            self._http.close()
+        if self.groups is not None:
+            with contextlib.suppress(Exception):
+                await self.groups.stop()
+        await self.logs.stop()
+        await self.topics.stop()
+        await self.cluster.stop()
+        await self.meta.close()
+        await self.store.close()
+
+
+async def serve(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM/SIGINT, then shut down cleanly (flush + release)."""
+    broker = Broker(config)
+    await broker.start()
+    log.info(
+        "kafscale broker %d serving %s:%d (advertised %s:%d), store %s, metadata %s",
+        config.node_id,
+        config.listen_host,
+        broker.port,
+        config.advertised_host,
+        config.advertised_port,
+        config.store_url,
+        config.meta_url,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: flushing buffers and releasing partitions")
+    await broker.stop()

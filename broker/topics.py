@@ -1,0 +1,557 @@
+"""Topics: the cluster-wide topic table and its validation (configs: ``topic_configs``).
+
+Every topic is one key in the metadata store::
+
+    /topics/{name} -> {"id": "<uuid>", "partitions": N, "configs": {"retention.ms": "..."}}
+
+(``configs`` holds only the keys set explicitly; the ingest job reads exactly this JSON.)
+``TopicManager`` keeps an in-memory copy of ``/topics/`` current through a watch, so every
+broker sees topics created, altered or deleted by any other broker; lookups are sync.
+Writes are transactions guarded by ``create_revision == 0`` (create) or the key's
+``mod_revision`` (alter, add partitions): two brokers racing on one topic never both win.
+
+Deviations from Kafka, on purpose:
+
+- Replication factor: brokers keep nothing on disk, durability is the object store's, so
+  any factor in 1..3 (or -1) is accepted and nothing is stored; responses report 1, the
+  number of brokers serving a partition (its owner).
+- Manual replica assignments are accepted and only their partition count is used; the
+  owner of a partition is chosen by rendezvous hashing over live brokers, not by them.
+- ``cleanup.policy=compact`` is refused (INVALID_CONFIG): there is no compaction.
+- ``compression.type`` is stored and described but the broker always keeps the batches
+  exactly as the producer compressed them (batches are never re-encoded).
+- Most other whitelisted configs (``segment.*``, ``flush.*``, ``min.insync.replicas``, ...)
+  are accepted for client compatibility and are informational.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from broker.config import BrokerConfig
+from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, Put
+from broker.topic_configs import (
+    TOPIC_CONFIGS,
+    AlterOp,
+    ConfigEntry,
+    ResourceType,
+    apply_incremental,
+    broker_config_entries,
+    topic_config_entries,
+    validate_config,
+    validate_configs,
+)
+from protocol.errors import ErrorCode, KafkaProtocolError
+from segments.store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+TOPICS_PREFIX = "/topics/"
+MAX_PARTITIONS = 10_000
+MAX_REPLICATION_FACTOR = 3
+_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_CAS_ATTEMPTS = 16
+_DELETE_CONCURRENCY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic. ``configs`` (the explicitly set keys) is a read-only mapping."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: Mapping[str, str]
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.topic_id, self.partitions))
+
+    def to_json(self) -> bytes:
+        doc = {
+            "id": str(self.topic_id),
+            "partitions": self.partitions,
+            "configs": dict(self.configs),
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    @staticmethod
+    def from_json(name: str, value: bytes) -> TopicInfo:
+        doc = json.loads(value)
+        configs = {str(k): str(v) for k, v in dict(doc.get("configs") or {}).items()}
+        return TopicInfo(
+            name, uuid.UUID(doc["id"]), int(doc["partitions"]), MappingProxyType(configs)
+        )
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules: 1-249 of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``."""
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
+        raise KafkaProtocolError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"invalid topic name {str(name)[:300]!r}: 1-249 characters of [a-zA-Z0-9._-], "
+            "not '.' or '..'",
+        )
+
+
+def is_valid_topic_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except KafkaProtocolError:
+        return False
+    return True
+
+
+def validate_partitions(partitions: int) -> None:
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise KafkaProtocolError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"number of partitions must be in [1, {MAX_PARTITIONS}], got {partitions}",
+        )
+
+
+def validate_replication_factor(factor: int) -> None:
+    if factor != -1 and not 1 <= factor <= MAX_REPLICATION_FACTOR:
+        raise KafkaProtocolError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor must be -1 or in [1, {MAX_REPLICATION_FACTOR}], got {factor} "
+            "(durability comes from the object store)",
+        )
+
+
+Listener = Callable[[str, TopicInfo | None], None]
+
+
+class TopicManager:
+    """The topic table of the cluster, cached from the metadata store and kept current.
+
+    ``store``/``namespace``: where the topic's segment objects live, so ``delete`` can
+    remove them (``{namespace}/{topic}/``) in the background; without a store only the
+    metadata is deleted.
+    """
+
+    def __init__(
+        self,
+        meta: MetaStore,
+        config: BrokerConfig,
+        store: ObjectStore | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        self._meta = meta
+        self._config = config
+        self._store = store
+        self._namespace = config.namespace if namespace is None else namespace
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._revs: dict[str, int] = {}  # last revision applied per name (tombstones too)
+        self._listeners: list[Listener] = []
+        self._ensuring: dict[str, asyncio.Task[TopicInfo | None]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._started = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Load ``/topics/`` and follow it with a watch. Listeners see the initial load."""
+        if self._started:
+            return
+        revision = await self._sync()
+        self._watch_task = asyncio.create_task(self._watch(revision), name="topics-watch")
+        self._started = True
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._watch_task, *self._ensuring.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._watch_task = None
+        self._started = False
+
+    async def wait_background(self) -> None:
+        """Wait for background work (segment-object deletion) started so far."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # ------------------------------------------------------------ lookups
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def all(self) -> list[TopicInfo]:
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    def add_listener(self, cb: Listener) -> None:
+        """``cb(name, info)`` on every change applied to the cache; ``info`` None = deleted."""
+        self._listeners.append(cb)
+
+    def remove_listener(self, cb: Listener) -> None:
+        if cb in self._listeners:
+            self._listeners.remove(cb)
+
+    def effective_configs(self, info: TopicInfo) -> dict[str, str]:
+        """Every whitelisted config of ``info``: set values over defaults."""
+        out = {name: spec.default_value(self._config) for name, spec in TOPIC_CONFIGS.items()}
+        out.update(info.configs)
+        return out
+
+    # ------------------------------------------------------------ cache
+
+    def _apply(self, name: str, info: TopicInfo | None, revision: int) -> None:
+        if revision <= self._revs.get(name, 0):
+            return
+        self._revs[name] = revision
+        old = self._topics.pop(name, None)
+        if old is not None:
+            self._by_id.pop(old.topic_id, None)
+        if info is not None:
+            self._topics[name] = info
+            self._by_id[info.topic_id] = info
+        elif old is None:
+            return
+        if old == info:
+            return
+        for cb in list(self._listeners):
+            try:
+                cb(name, info)
+            except Exception:
+                log.exception("topic listener failed for %s", name)
+
+    def _apply_kv(self, kv: KeyValue) -> TopicInfo | None:
+        name = kv.key[len(TOPICS_PREFIX) :]
+        try:
+            info = TopicInfo.from_json(name, kv.value)
+        except (ValueError, KeyError, TypeError):
+            log.warning(
+                "ignoring malformed topic record %s at revision %s", kv.key, kv.mod_revision
+            )
+            return None
+        self._apply(name, info, kv.mod_revision)
+        return info
+
+    async def _sync(self) -> int:
+        """Load a consistent snapshot of ``/topics/``; returns its store revision."""
+        result = await self._meta.txn([], [Get(TOPICS_PREFIX, prefix=True)])
+        kvs = result.gets[0] if result.gets else ()
+        seen = {kv.key[len(TOPICS_PREFIX) :] for kv in kvs}
+        for name in [n for n in self._topics if n not in seen]:
+            self._apply(name, None, result.revision)
+        for kv in kvs:
+            self._apply_kv(kv)
+        return result.revision
+
+    async def _watch(self, revision: int) -> None:
+        while True:
+            try:
+                async for ev in self._meta.watch(TOPICS_PREFIX, start_revision=revision + 1):
+                    revision = max(revision, ev.mod_revision)
+                    name = ev.key[len(TOPICS_PREFIX) :]
+                    if ev.type == "delete":
+                        self._apply(name, None, ev.mod_revision)
+                    else:
+                        self._apply_kv(KeyValue(ev.key, ev.value, 0, ev.mod_revision, 1))
+                log.warning("topics watch ended; resyncing")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("topics watch failed (%s); resyncing", exc)
+                await asyncio.sleep(0.5)  # back off before reconnecting, not a poll
+            try:
+                revision = await self._sync()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("topics resync failed: %s", exc)
+
+    # ------------------------------------------------------------ create / ensure
+
+    def _check_collision(self, name: str) -> None:
+        folded = name.replace(".", "_")
+        for other in self._topics:
+            if other != name and other.replace(".", "_") == folded:
+                raise KafkaProtocolError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)",
+                )
+
+    async def create(
+        self,
+        name: str,
+        partitions: int = -1,
+        configs: Mapping[str, str | None] | None = None,
+        validate_only: bool = False,
+        *,
+        replication_factor: int = -1,
+        assignments: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicInfo:
+        """Create a topic; raises KafkaProtocolError (TOPIC_ALREADY_EXISTS, INVALID_*)."""
+        validate_topic_name(name)
+        if assignments:
+            if partitions != -1 or replication_factor != -1:
+                raise KafkaProtocolError(
+                    ErrorCode.INVALID_REQUEST,
+                    "both replica assignments and a partition count or replication factor given",
+                )
+            partitions = _check_assignments(assignments, 0)
+        elif partitions == -1:
+            partitions = self._config.default_partitions
+        validate_partitions(partitions)
+        validate_replication_factor(replication_factor)
+        clean = validate_configs(configs)
+        if name in self._topics:
+            raise KafkaProtocolError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+            )
+        self._check_collision(name)
+        info = TopicInfo(name, uuid.uuid4(), partitions, MappingProxyType(clean))
+        if validate_only:
+            return info
+        key = TOPICS_PREFIX + name
+        result = await self._meta.txn(
+            [Compare(key, "create_revision", "==", 0)], [Put(key, info.to_json())], [Get(key)]
+        )
+        if not result.succeeded:
+            if result.gets and result.gets[0]:
+                self._apply_kv(result.gets[0][0])
+            raise KafkaProtocolError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+            )
+        self._apply(name, info, result.revision)
+        log.info("created topic %s (%s partitions, id %s)", name, partitions, info.topic_id)
+        return info
+
+    async def ensure(self, name: str) -> TopicInfo | None:
+        """The topic, auto-created (once, however many callers race) when allowed."""
+        info = self._topics.get(name)
+        if info is not None:
+            return info
+        if not self._config.auto_create_topics or not is_valid_topic_name(name):
+            return None
+        task = self._ensuring.get(name)
+        if task is None:
+            task = asyncio.create_task(self._auto_create(name), name=f"ensure-topic-{name}")
+            self._ensuring[name] = task
+            task.add_done_callback(lambda _t: self._ensuring.pop(name, None))
+        return await asyncio.shield(task)
+
+    async def _auto_create(self, name: str) -> TopicInfo | None:
+        try:
+            return await self.create(name)
+        except KafkaProtocolError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.info("auto-creating topic %s refused: %s", name, exc)
+                return None
+        return self._topics.get(name) or await self._reload(name)
+
+    async def _reload(self, name: str) -> TopicInfo | None:
+        kv = await self._meta.get(TOPICS_PREFIX + name)
+        return None if kv is None else self._apply_kv(kv)
+
+    # ------------------------------------------------------------ delete
+
+    async def delete(self, name: str) -> TopicInfo:
+        """Delete the topic's metadata (topic, logs, owners) in one transaction, then its
+        segment objects in the background. Raises UNKNOWN_TOPIC_OR_PARTITION."""
+        key = TOPICS_PREFIX + name
+        result = await self._meta.txn(
+            [Compare(key, "version", ">", 0)],
+            [
+                Get(key),
+                Delete(key),
+                Delete(f"/logs/{name}/", prefix=True),
+                Delete(f"/owners/{name}/", prefix=True),
+            ],
+        )
+        if not result.succeeded or not result.gets or not result.gets[0]:
+            raise KafkaProtocolError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+            )
+        old = TopicInfo.from_json(name, result.gets[0][0].value)
+        self._apply(name, None, result.revision)
+        log.info("deleted topic %s (id %s)", name, old.topic_id)
+        if self._store is not None:
+            task = asyncio.create_task(self._delete_objects(name), name=f"delete-topic-{name}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return old
+
+    async def _delete_objects(self, name: str) -> None:
+        """Remove ``{namespace}/{name}/``; stops if the name is created again meanwhile
+        (a new owner removes stray objects at its keys itself, DESIGN §6)."""
+        assert self._store is not None
+        store = self._store
+        try:
+            objects = await store.list(f"{self._namespace}/{name}/")
+            for i in range(0, len(objects), _DELETE_CONCURRENCY):
+                if name in self._topics:
+                    log.info("topic %s re-created; stopped deleting its old objects", name)
+                    return
+                chunk = objects[i : i + _DELETE_CONCURRENCY]
+                await asyncio.gather(*(store.delete(o.key) for o in chunk))
+            log.info("deleted %s objects of topic %s", len(objects), name)
+        except Exception as exc:
+            log.warning("deleting objects of topic %s failed: %s", name, exc)
+
+    # ------------------------------------------------------------ alter
+
+    async def _update(
+        self, name: str, change: Callable[[TopicInfo], TopicInfo], validate_only: bool
+    ) -> TopicInfo:
+        """Read-modify-write of ``/topics/{name}`` guarded by its mod_revision."""
+        key = TOPICS_PREFIX + name
+        for _ in range(_CAS_ATTEMPTS):
+            kv = await self._meta.get(key)
+            if kv is None:
+                raise KafkaProtocolError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+                )
+            current = TopicInfo.from_json(name, kv.value)
+            new = change(current)
+            if validate_only or new == current:
+                return new
+            result = await self._meta.txn(
+                [Compare(key, "mod_revision", "==", kv.mod_revision)], [Put(key, new.to_json())]
+            )
+            if result.succeeded:
+                self._apply(name, new, result.revision)
+                return new
+        raise KafkaProtocolError(
+            ErrorCode.REQUEST_TIMED_OUT, f"topic {name!r} kept changing; retry"
+        )
+
+    async def add_partitions(
+        self,
+        name: str,
+        total: int,
+        validate_only: bool = False,
+        assignments: Sequence[Sequence[int]] | None = None,
+    ) -> TopicInfo:
+        """Grow the topic to ``total`` partitions (INVALID_PARTITIONS unless it grows)."""
+
+        def change(info: TopicInfo) -> TopicInfo:
+            if total <= info.partitions:
+                raise KafkaProtocolError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic {name!r} has {info.partitions} partitions; "
+                    f"the new count must be larger, got {total}",
+                )
+            validate_partitions(total)
+            if assignments is not None:
+                new = total - info.partitions
+                _check_assignments(dict(enumerate(assignments)), 0)
+                if len(assignments) != new:
+                    raise KafkaProtocolError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"{len(assignments)} assignments given for {new} new partitions",
+                    )
+            return TopicInfo(name, info.topic_id, total, info.configs)
+
+        return await self._update(name, change, validate_only)
+
+    async def alter_configs(
+        self,
+        name: str,
+        set: Mapping[str, str | None],  # noqa: A002 - the name the brief uses
+        delete: Sequence[str] = (),
+        validate_only: bool = False,
+        *,
+        replace: bool = False,
+    ) -> TopicInfo:
+        """Set and delete topic configs. ``replace`` (legacy AlterConfigs): every set key
+        not in ``set`` reverts to its default."""
+        for key in delete:
+            if key not in TOPIC_CONFIGS:
+                raise KafkaProtocolError(
+                    ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {key!r}"
+                )
+        clean = {k: validate_config(k, v) for k, v in set.items()}
+
+        def change(info: TopicInfo) -> TopicInfo:
+            configs = {} if replace else dict(info.configs)
+            for key in delete:
+                configs.pop(key, None)
+            configs.update(clean)
+            return TopicInfo(name, info.topic_id, info.partitions, MappingProxyType(configs))
+
+        return await self._update(name, change, validate_only)
+
+    async def incremental_alter_configs(
+        self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool = False
+    ) -> TopicInfo:
+        """IncrementalAlterConfigs: ``ops`` are (config name, AlterOp, value)."""
+        apply_incremental({}, [(n, AlterOp.DELETE, None) for n, _op, _v in ops], self._config)
+
+        def change(info: TopicInfo) -> TopicInfo:
+            configs = apply_incremental(info.configs, ops, self._config)
+            return TopicInfo(name, info.topic_id, info.partitions, MappingProxyType(configs))
+
+        return await self._update(name, change, validate_only)
+
+    # ------------------------------------------------------------ describe
+
+    def describe_configs(
+        self,
+        resource_type: int,
+        name: str,
+        keys: Sequence[str] | None = None,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> list[ConfigEntry]:
+        """Configs of a topic (type 2) or of this broker (type 4), ``keys`` None = all."""
+        if resource_type == ResourceType.TOPIC:
+            info = self._topics.get(name)
+            if info is None:
+                raise KafkaProtocolError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+                )
+            entries = self.topic_config_entries(info, include_synonyms, include_documentation)
+        elif resource_type == ResourceType.BROKER:
+            if name not in ("", str(self._config.node_id)):
+                raise KafkaProtocolError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"unexpected broker id {name!r}, this is broker {self._config.node_id}",
+                )
+            entries = broker_config_entries(self._config, include_synonyms, include_documentation)
+        else:
+            raise KafkaProtocolError(
+                ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}"
+            )
+        if keys is not None:
+            wanted = frozenset(keys)
+            entries = [e for e in entries if e.name in wanted]
+        return entries
+
+    def topic_config_entries(
+        self, info: TopicInfo, include_synonyms: bool = False, include_documentation: bool = False
+    ) -> list[ConfigEntry]:
+        """Every whitelisted config of ``info`` (set ones as DYNAMIC_TOPIC_CONFIG)."""
+        return topic_config_entries(
+            info.configs, self._config, include_synonyms, include_documentation
+        )
+
+
+def _check_assignments(assignments: Mapping[int, Sequence[int]], first: int) -> int:
+    """Validate manual replica assignments; returns the number of partitions they name."""
+    indexes = sorted(assignments)
+    if indexes != list(range(first, first + len(indexes))):
+        raise KafkaProtocolError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partition indexes must be consecutive from 0"
+        )
+    for index, brokers in assignments.items():
+        if not 1 <= len(brokers) <= MAX_REPLICATION_FACTOR or len(set(brokers)) != len(brokers):
+            raise KafkaProtocolError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"partition {index}: 1-{MAX_REPLICATION_FACTOR} distinct brokers needed",
+            )
+    return len(indexes)

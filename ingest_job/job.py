@@ -1,0 +1,316 @@
+"""The ingest driver: plan from the manifest, run Spark tasks, commit each table once.
+
+1. Open the catalog, make sure every destination table exists, read each table's
+   committed offsets (``kafscale.offsets`` of its newest snapshot carrying them).
+2. Read the manifest (read-only) and plan work units from the smallest committed offset.
+3. Spark tasks decode segments and write Parquet; they return paths and counts.
+4. Per table: reload, re-check its offsets, ``add_files`` with the new offsets in one
+   snapshot (retries off). A run that fails before step 4 commits nothing and deletes
+   the files it wrote; files a killed run leaves behind are orphans for ``maintain``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.catalog import Catalog
+
+from ingest_job import catalog as cat
+from ingest_job.files import list_files
+from ingest_job.manifest import DEFAULT_UNIT_BYTES, Plan, load_logs, plan_units
+from ingest_job.model import (
+    Destination,
+    Gap,
+    IngestError,
+    Offsets,
+    TaskSpec,
+    TopicPartition,
+    UnitResult,
+    WorkUnit,
+    WrittenFile,
+)
+from ingest_job.task import dead_letter_table, run_unit, table_name_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestConfig:
+    topics: tuple[str, ...]
+    store_url: str = "file://./data"
+    meta_url: str = "embedded"
+    data_dir: str = "./data"
+    meta_prefix: str = "/kafscale"
+    segment_namespace: str = "default"
+    catalog: str | None = None
+    namespace: str = "kafscale"
+    table: str | None = None  # one table for every topic (else one table per topic)
+    value_format: str = "raw"
+    partition_by: str = "day"
+    max_records: int | None = None
+    master: str | None = None
+    unit_bytes: int = DEFAULT_UNIT_BYTES
+    progress_interval: float = 10.0
+
+
+@dataclass(slots=True)
+class IngestSummary:
+    run_id: str
+    records: int = 0  # records decoded
+    rows: int = 0  # rows committed (all tables)
+    files: int = 0
+    bytes: int = 0  # Parquet bytes committed
+    segment_bytes: int = 0
+    segments: int = 0
+    dead_letters: int = 0
+    seconds: float = 0.0
+    offsets: dict[str, Offsets] = field(default_factory=dict)  # table -> new offsets
+    gaps: list[Gap] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # tables a concurrent run committed
+
+    def lines(self) -> list[str]:
+        rate = self.records / self.seconds if self.seconds > 0 else 0.0
+        out = [
+            f"ingest {self.run_id}: {self.records} records from {self.segments} segments "
+            f"({self.segment_bytes / 1e6:.1f} MB) in {self.seconds:.1f}s ({rate:,.0f} rec/s); "
+            f"committed {self.rows} rows in {self.files} files ({self.bytes / 1e6:.1f} MB), "
+            f"{self.dead_letters} dead letters"
+        ]
+        for table, offs in sorted(self.offsets.items()):
+            parts = ", ".join(f"{t}/{p}->{n}" for (t, p), n in sorted(offs.items()))
+            out.append(f"  {table}: next offsets {parts}")
+        out += [f"  GAP (lost to retention): {g}" for g in self.gaps]
+        out += [f"  type conflict: {c}" for c in self.conflicts]
+        out += [f"  skipped: {s}" for s in self.skipped]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    name: str
+    dead_letter: bool
+    sources: tuple[TopicPartition, ...]
+
+
+def _targets(cfg: IngestConfig, tps: Sequence[TopicPartition]) -> list[_Target]:
+    groups: dict[str, list[TopicPartition]] = {}
+    for tp in tps:
+        groups.setdefault(cfg.table or table_name_for(tp[0]), []).append(tp)
+    out: list[_Target] = []
+    for name, srcs in groups.items():
+        out.append(_Target(name, False, tuple(srcs)))
+        if cfg.value_format == "json":
+            out.append(_Target(dead_letter_table(name), True, tuple(srcs)))
+    return out
+
+
+def _error_text(exc: BaseException) -> str:
+    """The user-facing message of a failure inside a Spark task."""
+    text = str(exc)
+    found = re.findall(r"(?:CorruptInputError|IngestError): ([^\n]+)", text)
+    return found[-1] if found else text.strip().splitlines()[-1] if text.strip() else repr(exc)
+
+
+class _Progress:
+    def __init__(self, total_units: int, total_bytes: int, interval: float) -> None:
+        self.total_units = total_units
+        self.total_bytes = total_bytes
+        self.interval = interval
+        self.started = time.monotonic()
+
+    def line(self, units: int, records: int, nbytes: int) -> str:
+        secs = max(time.monotonic() - self.started, 1e-9)
+        return (
+            f"progress: {units}/{self.total_units} units, {records} records, "
+            f"{nbytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} MB, "
+            f"{records / secs:,.0f} rec/s, {nbytes / secs / 1e6:.1f} MB/s"
+        )
+
+
+def _run_spark(
+    spark: SparkSession,
+    spec: TaskSpec,
+    units: Sequence[WorkUnit],
+    interval: float,
+    say: Callable[[str], None],
+) -> list[UnitResult]:
+    sc = spark.sparkContext
+    spec_b = sc.broadcast(spec)
+    acc_records = sc.accumulator(0)
+    acc_bytes = sc.accumulator(0)
+    acc_units = sc.accumulator(0)
+
+    def task(unit: WorkUnit) -> UnitResult:
+        res = run_unit(spec_b.value, unit)
+        acc_records.add(res.records)
+        acc_bytes.add(res.segment_bytes)
+        acc_units.add(1)
+        return res
+
+    box: dict[str, Any] = {}
+
+    def collect() -> None:
+        try:
+            box["results"] = sc.parallelize(list(units), len(units)).map(task).collect()
+        except BaseException as exc:  # re-raised on the driver thread below
+            box["error"] = exc
+
+    progress = _Progress(len(units), sum(u.size for u in units), interval)
+    worker = threading.Thread(target=collect, name="kafscale-ingest-spark", daemon=True)
+    worker.start()
+    while True:
+        worker.join(timeout=interval)
+        if not worker.is_alive():
+            break
+        say(progress.line(acc_units.value, acc_records.value, acc_bytes.value))
+    spec_b.unpersist()
+    if "error" in box:
+        raise IngestError(_error_text(box["error"])) from box["error"]
+    results: list[UnitResult] = box["results"]
+    say(progress.line(len(results), sum(r.records for r in results), progress.total_bytes))
+    return results
+
+
+def _cleanup_run(catalog: Catalog, cfg: IngestConfig, names: Sequence[str], run_id: str) -> None:
+    """Delete every file this run wrote (best effort; the rest are orphans)."""
+    for name in names:
+        try:
+            tbl = catalog.load_table((cfg.namespace, name))
+            for path, _mtime in list_files(tbl.io, f"{tbl.location()}/data"):
+                if f"kafscale-{run_id}-" in path:
+                    tbl.io.delete(path)
+        except Exception as exc:  # cleanup must not hide the original error
+            log.warning("cleanup of run %s in %s failed: %s", run_id, name, exc)
+
+
+def _load_plan(cfg: IngestConfig) -> tuple[list[TopicPartition], Any]:
+    try:
+        logs = asyncio.run(
+            load_logs(cfg.meta_url, cfg.data_dir, cfg.meta_prefix, cfg.topics, cfg.segment_namespace)
+        )
+    except IngestError:
+        raise
+    except Exception as exc:
+        raise IngestError(f"cannot read the segment manifest from {cfg.meta_url}: {exc}") from exc
+    return [(lg.topic, lg.partition) for lg in logs], logs
+
+
+def run_ingest(
+    cfg: IngestConfig,
+    spark: SparkSession | None = None,
+    say: Callable[[str], None] | None = None,
+) -> IngestSummary:
+    """One ingest run; raises IngestError (with nothing committed for the failing step)."""
+    emit = say or (lambda s: log.info("%s", s))
+    started = time.monotonic()
+    run_id = uuid.uuid4().hex[:12]
+    summary = IngestSummary(run_id)
+    catalog = cat.open_catalog(cfg.catalog, cfg.data_dir)
+    cat.ensure_namespace(catalog, cfg.namespace)
+    tps, logs = _load_plan(cfg)
+    targets = _targets(cfg, tps)
+    planned: dict[str, Offsets] = {}
+    dests: list[Destination] = []
+    for t in targets:
+        tbl = cat.ensure_table(catalog, cfg.namespace, t.name, cfg.partition_by, t.dead_letter)
+        offs = cat.table_offsets(tbl)
+        planned[t.name] = offs
+        known = () if t.dead_letter else tuple(sorted(cat.json_fields(tbl).items()))
+        dests.append(
+            Destination(
+                t.name, tbl.location(), tuple((tp, offs.get(tp, 0)) for tp in t.sources), known
+            )
+        )
+    starts: Offsets = {}
+    for t in targets:
+        for tp in t.sources:
+            cur = planned[t.name].get(tp, 0)
+            starts[tp] = min(starts.get(tp, cur), cur)
+    plan: Plan = plan_units(logs, starts, cfg.max_records, cfg.unit_bytes)
+    summary.gaps = list(plan.gaps)
+    for g in plan.gaps:
+        log.warning("gap: %s are no longer in any committed segment (retention)", g)
+    summary.segments = sum(len(u.segments) for u in plan.units)
+    emit(
+        f"ingest {run_id}: {len(plan.units)} units, {summary.segments} segments, "
+        f"{plan.records} offsets from {len(tps)} partitions into {len(targets)} tables"
+    )
+    results: list[UnitResult] = []
+    if plan.units:
+        spec = TaskSpec(
+            run_id=run_id,
+            store_url=cfg.store_url,
+            value_format=cfg.value_format,
+            partition_by=cfg.partition_by,
+            table_per_topic=cfg.table is None,
+            table=cfg.table,
+            route_by=None,
+            io_properties=tuple(sorted((k, str(v)) for k, v in catalog.properties.items())),
+            destinations=tuple(dests),
+        )
+        from ingest_job.spark import get_spark
+
+        session = spark or get_spark(cfg.master)
+        try:
+            results = _run_spark(session, spec, plan.units, cfg.progress_interval, emit)
+        except BaseException:
+            _cleanup_run(catalog, cfg, [t.name for t in targets], run_id)
+            raise
+    _commit_all(catalog, cfg, targets, planned, plan.ends, results, summary, emit)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _commit_all(
+    catalog: Catalog,
+    cfg: IngestConfig,
+    targets: Sequence[_Target],
+    planned: dict[str, Offsets],
+    ends: Offsets,
+    results: Sequence[UnitResult],
+    summary: IngestSummary,
+    emit: Callable[[str], None],
+) -> None:
+    by_table: dict[str, list[WrittenFile]] = {}
+    for r in results:
+        summary.records += r.records
+        summary.segment_bytes += r.segment_bytes
+        summary.dead_letters += r.dead_letters
+        summary.conflicts.extend(r.conflicts)
+        for f in r.files:
+            by_table.setdefault(f.table, []).append(f)
+    done: set[str] = set()
+    for t in targets:
+        files = by_table.get(t.name, [])
+        before = planned[t.name]
+        new = {tp: max(before.get(tp, 0), ends[tp]) for tp in t.sources if tp in ends}
+        if not files and all(before.get(tp, 0) == n for tp, n in new.items()):
+            continue
+        try:
+            res = cat.commit_files(catalog, (cfg.namespace, t.name), before, new, files)
+        except cat.ConcurrentRunError as exc:
+            log.warning("%s", exc)
+            summary.skipped.append(str(exc))
+            continue
+        except Exception as exc:
+            left = [f.path for name, fs in by_table.items() if name not in done for f in fs]
+            cat.delete_files(catalog.load_table((cfg.namespace, t.name)).io, left)
+            raise IngestError(f"commit to {cfg.namespace}.{t.name} failed: {exc}") from exc
+        done.add(t.name)
+        summary.rows += res.records
+        summary.files += res.files
+        summary.bytes += res.bytes
+        summary.offsets[res.table] = new
+        emit(f"committed {res.records} rows in {res.files} files to {res.table}")

@@ -1,0 +1,161 @@
+"""JSON record values -> typed Arrow columns, with schema inference and dead letters.
+
+Top-level fields of a JSON object become nullable columns. Types: ``long`` (integers),
+``double`` (numbers; integers widen to it), ``boolean``, ``string`` (strings; nested
+objects and arrays are kept as their JSON text). A field the table already has keeps its
+type: a value that does not fit it is a *type conflict* and its record goes to the
+dead-letter table with the reason. A new field seen with incompatible types in one run
+becomes ``string`` and the conflict is reported. Values that are not JSON objects go to
+the dead-letter table; a null value (tombstone) is a row with every JSON column null.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ingest_job.decode import RAW_SCHEMA
+
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "long": pa.int64(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "string": pa.string(),
+}
+_RESERVED = frozenset(RAW_SCHEMA.names)
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
+def column_name(field_name: str) -> str:
+    """The table column for a JSON field (names clashing with Kafka columns get ``value_``)."""
+    name = field_name.replace(".", "_")
+    return f"value_{name}" if name in _RESERVED else name
+
+
+def kind_of(value: object) -> str | None:
+    """The type name a JSON value infers (None for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "long" if _LONG_MIN <= value <= _LONG_MAX else "double"
+    if isinstance(value, float):
+        return "double"
+    return "string"
+
+
+def merge_kinds(kinds: set[str]) -> tuple[str, bool]:
+    """(resulting type, conflict?) for the kinds one new field was seen with."""
+    if len(kinds) == 1:
+        return next(iter(kinds)), False
+    if kinds <= {"long", "double"}:
+        return "double", False
+    return "string", True
+
+
+def coerce(value: object, kind: str) -> tuple[object, bool]:
+    """(value as ``kind``, ok?) — ``ok`` is False when the value does not fit."""
+    if value is None:
+        return None, True
+    if kind == "string":
+        if isinstance(value, str):
+            return value, True
+        return json.dumps(value, separators=(",", ":")), True
+    if kind == "boolean":
+        return value, isinstance(value, bool)
+    if isinstance(value, bool):
+        return value, False
+    if kind == "long":
+        return value, isinstance(value, int) and _LONG_MIN <= value <= _LONG_MAX
+    if kind == "double":
+        return (float(value), True) if isinstance(value, int | float) else (value, False)
+    return value, False
+
+
+@dataclass(slots=True)
+class JsonColumns:
+    """The parse of one batch of values."""
+
+    rows: list[int] = field(default_factory=list)  # indices of rows that parsed
+    columns: dict[str, tuple[str, list[object]]] = field(default_factory=dict)
+    dead: list[tuple[int, str]] = field(default_factory=list)  # (row index, reason)
+    conflicts: list[str] = field(default_factory=list)
+
+    def arrays(self) -> list[tuple[str, pa.Array]]:
+        return [
+            (name, pa.array(vals, ARROW_TYPES[kind]))
+            for name, (kind, vals) in sorted(self.columns.items())
+        ]
+
+
+def _parse(values: Sequence[bytes | None], offsets: Sequence[int]) -> tuple[
+    list[tuple[int, dict[str, object]]], list[tuple[int, str]]
+]:
+    parsed: list[tuple[int, dict[str, object]]] = []
+    dead: list[tuple[int, str]] = []
+    for i, raw in enumerate(values):
+        if raw is None:
+            parsed.append((i, {}))
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            dead.append((i, f"offset {offsets[i]}: invalid JSON: {exc}"))
+            continue
+        if not isinstance(obj, dict):
+            dead.append((i, f"offset {offsets[i]}: JSON value is not an object"))
+            continue
+        parsed.append((i, {column_name(k): v for k, v in obj.items()}))
+    return parsed, dead
+
+
+def parse_json_values(
+    values: Sequence[bytes | None], offsets: Sequence[int], known: Mapping[str, str]
+) -> JsonColumns:
+    """Parse ``values``; ``known`` maps existing table columns to their types."""
+    parsed, dead = _parse(values, offsets)
+    seen: dict[str, set[str]] = {}
+    for _i, obj in parsed:
+        for name, val in obj.items():
+            k = kind_of(val)
+            if k is not None:
+                seen.setdefault(name, set()).add(k)
+    out = JsonColumns(dead=dead)
+    kinds: dict[str, str] = {}
+    for name, ks in sorted(seen.items()):
+        if name in known:
+            kinds[name] = known[name]
+            continue
+        kinds[name], conflict = merge_kinds(ks)
+        if conflict:
+            out.conflicts.append(
+                f"field {name!r} seen as {', '.join(sorted(ks))}: stored as string"
+            )
+    cols: dict[str, list[object]] = {name: [] for name in kinds}
+    for i, obj in parsed:
+        row: dict[str, object] = {}
+        bad = None
+        for name, val in obj.items():
+            kind = kinds.get(name)
+            if kind is None:
+                continue  # only ever null
+            row[name], ok = coerce(val, kind)
+            if not ok:
+                bad = (
+                    f"offset {offsets[i]}: type conflict: field {name!r} is {kind} "
+                    f"in the table, got {kind_of(val)}"
+                )
+                break
+        if bad is not None:
+            out.dead.append((i, bad))
+            continue
+        out.rows.append(i)
+        for name, vals in cols.items():
+            vals.append(row.get(name))
+    out.dead.sort()
+    out.columns = {name: (kinds[name], vals) for name, vals in cols.items()}
+    return out

@@ -1,0 +1,186 @@
+"""Read the segment manifest from the metadata store and plan Spark work units.
+
+Only manifest entries are data (DESIGN §3): objects in the store that no committed entry
+names are never read. Offsets that the manifest no longer covers (retention) are reported
+as gaps and skipped, never silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from broker.meta.base import MetaStore, open_meta
+from ingest_job.model import Gap, IngestError, Offsets, SegmentRef, TopicPartition, WorkUnit
+from segments.format import segment_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_UNIT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLog:
+    """A partition's committed log: its end and its segments, ascending by base."""
+
+    topic: str
+    partition: int
+    next_offset: int
+    segments: tuple[SegmentRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    units: tuple[WorkUnit, ...]
+    gaps: tuple[Gap, ...]
+    ends: Offsets  # the next offset per partition once every unit is committed
+    records: int  # offsets covered by the units
+
+
+async def read_logs(
+    meta: MetaStore, topics: Sequence[str], namespace: str = "default"
+) -> list[PartitionLog]:
+    """Every partition log of ``topics``; raises IngestError for an unknown topic."""
+    logs: list[PartitionLog] = []
+    for topic in topics:
+        kv = await meta.get(f"/topics/{topic}")
+        if kv is None:
+            raise IngestError(f"topic {topic!r} does not exist in the metadata store")
+        partitions = int(json.loads(kv.value)["partitions"])
+        for part in range(partitions):
+            logs.append(await _read_partition(meta, topic, part, namespace))
+    return logs
+
+
+async def _read_partition(
+    meta: MetaStore, topic: str, part: int, namespace: str
+) -> PartitionLog:
+    prefix = f"/logs/{topic}/{part}/"
+    end_kv = await meta.get(prefix + "end")
+    next_offset = int(json.loads(end_kv.value)["next_offset"]) if end_kv else 0
+    refs: list[SegmentRef] = []
+    for kv in await meta.range(prefix + "segments/"):
+        entry = json.loads(kv.value)
+        base = int(entry.get("base", kv.key.rsplit("/", 1)[-1]))
+        last = int(entry["last"])
+        if base >= next_offset:
+            continue  # not committed as part of the log end yet
+        refs.append(
+            SegmentRef(
+                topic=topic,
+                partition=part,
+                base=base,
+                last=min(last, next_offset - 1),
+                size=int(entry.get("bytes", 0)),
+                records=int(entry.get("records", last - base + 1)),
+                etag=str(entry.get("etag", "")),
+                key=segment_key(namespace, topic, part, base),
+            )
+        )
+    refs.sort(key=lambda r: r.base)
+    return PartitionLog(topic, part, next_offset, tuple(refs))
+
+
+async def load_logs(
+    meta_url: str, data_dir: str, prefix: str, topics: Sequence[str], namespace: str
+) -> list[PartitionLog]:
+    """Open the metadata store read-only, read the logs of ``topics``, close it."""
+    meta = open_meta(meta_url, data_dir=data_dir, prefix=prefix, read_only=True)
+    try:
+        return await read_logs(meta, topics, namespace)
+    finally:
+        await meta.close()
+
+
+def _partition_units(
+    plog: PartitionLog, start: int, end: int, unit_bytes: int
+) -> tuple[list[tuple[int, int, tuple[SegmentRef, ...]]], list[Gap]]:
+    """Group the segments covering ``[start, end)`` into runs of at most ``unit_bytes``."""
+    gaps: list[Gap] = []
+    runs: list[tuple[int, int, tuple[SegmentRef, ...]]] = []
+    cur: list[SegmentRef] = []
+    cur_bytes = 0
+    expected = start
+    for seg in plog.segments:
+        if seg.last < start or seg.base >= end:
+            continue
+        if seg.base > expected:
+            gaps.append(Gap(plog.topic, plog.partition, expected, seg.base))
+        expected = seg.last + 1
+        if cur and cur_bytes + seg.size > unit_bytes:
+            runs.append((max(start, cur[0].base), cur[-1].last + 1, tuple(cur)))
+            cur, cur_bytes = [], 0
+        cur.append(seg)
+        cur_bytes += seg.size
+    if cur:
+        runs.append((max(start, cur[0].base), min(end, cur[-1].last + 1), tuple(cur)))
+    if expected < end:
+        gaps.append(Gap(plog.topic, plog.partition, expected, end))
+    return runs, gaps
+
+
+def plan_units(
+    logs: Iterable[PartitionLog],
+    starts: Offsets,
+    max_records: int | None = None,
+    unit_bytes: int = DEFAULT_UNIT_BYTES,
+) -> Plan:
+    """Work units covering every partition from ``starts`` (default 0) to its log end.
+
+    ``max_records`` caps the offsets covered by this run in total, spread over the
+    partitions in turn so that none starves.
+    """
+    logs = list(logs)
+    bounds: dict[TopicPartition, tuple[int, int]] = {}
+    for plog in logs:
+        tp = (plog.topic, plog.partition)
+        start = starts.get(tp, 0)
+        if start > plog.next_offset:
+            raise IngestError(
+                f"{plog.topic}/{plog.partition}: the table has offsets up to {start}, "
+                f"beyond the log end {plog.next_offset} (was the topic recreated?)"
+            )
+        bounds[tp] = (start, plog.next_offset)
+    if max_records is not None:
+        bounds = _cap(bounds, max_records)
+    units: list[WorkUnit] = []
+    gaps: list[Gap] = []
+    ends: Offsets = {}
+    total = 0
+    for plog in logs:
+        tp = (plog.topic, plog.partition)
+        start, end = bounds[tp]
+        ends[tp] = end
+        total += end - start
+        if end <= start:
+            continue
+        runs, part_gaps = _partition_units(plog, start, end, unit_bytes)
+        gaps.extend(part_gaps)
+        for run_start, run_end, segs in runs:
+            units.append(WorkUnit(len(units), plog.topic, plog.partition, run_start, run_end, segs))
+    return Plan(tuple(units), tuple(gaps), ends, total)
+
+
+def _cap(
+    bounds: dict[TopicPartition, tuple[int, int]], max_records: int
+) -> dict[TopicPartition, tuple[int, int]]:
+    """Shrink the ranges so that they cover at most ``max_records`` offsets together."""
+    remaining = max(0, max_records)
+    want = {tp: max(0, end - start) for tp, (start, end) in bounds.items()}
+    give = dict.fromkeys(bounds, 0)
+    active = [tp for tp in sorted(bounds) if want[tp] > 0]
+    while remaining > 0 and active:
+        share = max(1, remaining // len(active))
+        still: list[TopicPartition] = []
+        for tp in active:
+            take = min(share, want[tp] - give[tp], remaining)
+            give[tp] += take
+            remaining -= take
+            if give[tp] < want[tp]:
+                still.append(tp)
+            if remaining == 0:
+                break
+        active = still
+    return {tp: (start, start + give[tp]) for tp, (start, _end) in bounds.items()}

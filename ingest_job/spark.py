@@ -1,0 +1,51 @@
+"""Spark session set-up for the ingest job (driver side)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+
+
+def _project_root() -> str:
+    """The directory holding the ``ingest_job`` package (workers must import it)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def prepare_environment() -> None:
+    """Workers run this interpreter and can import our packages (DESIGN §11)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    root = _project_root()
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+def get_spark(master: str | None = None, app_name: str = "kafscale-ingest") -> SparkSession:
+    """The active session, or a new one (``master`` only applies to a new session)."""
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        builder = builder.master(DEFAULT_MASTER)
+    return (
+        builder.config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .getOrCreate()
+    )
+

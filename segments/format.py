@@ -1,0 +1,433 @@
+"""KAFS segment and sparse-index format (DESIGN.md §3): writer, parsers, validator.
+
+Segment object (big-endian)::
+
+    header 32: magic "KAFS" u32 | version u16 | flags u16 (bits 0-2: dominant compression)
+               | base offset i64 | record count i32 | created unix ms i64 | reserved u32
+    body   n : Kafka v2 RecordBatches, byte-for-byte
+    footer 16: CRC-32C of the body u32 | last offset i64 | magic "END!" u32
+
+Index object::
+
+    header 16: magic "\\0IDX" u32 | version u16 | entry count u32 | interval (records) u32
+               | reserved u16
+    entries  : offset i64 | byte position of the batch start in the segment file u32
+
+``validate_segment`` never raises for corruption: it returns a ``SegmentReport`` whose
+``problems`` list names every defect found (empty when valid);
+``SegmentReport.raise_if_corrupt()`` turns the first problems into a ``CorruptSegmentError``.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from protocol.batch import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    CorruptBatchError,
+    crc32c,
+    read_header,
+    verify_crc,
+)
+from segments.store import Buffer
+
+SEGMENT_MAGIC = 0x4B414653  # "KAFS"
+FOOTER_MAGIC = 0x454E4421  # "END!"
+INDEX_MAGIC = 0x00494458  # "\0IDX"
+SEGMENT_VERSION = 1
+INDEX_VERSION = 1
+HEADER_SIZE = 32
+FOOTER_SIZE = 16
+INDEX_HEADER_SIZE = 16
+INDEX_ENTRY_SIZE = 12
+DEFAULT_INDEX_INTERVAL = 100
+DEFAULT_NAMESPACE = "default"
+SEGMENT_SUFFIX = ".kfs"
+INDEX_SUFFIX = ".index"
+COMPRESSION_FLAG_MASK = 0x07
+
+_HEADER = struct.Struct(">IHHqiqI")
+_FOOTER = struct.Struct(">IqI")
+_INDEX_HEADER = struct.Struct(">IHIIH")
+_INDEX_ENTRY = struct.Struct(">qI")
+
+assert _HEADER.size == HEADER_SIZE
+assert _FOOTER.size == FOOTER_SIZE
+assert _INDEX_HEADER.size == INDEX_HEADER_SIZE
+assert _INDEX_ENTRY.size == INDEX_ENTRY_SIZE
+
+
+class CorruptSegmentError(ValueError):
+    """A segment or index object that does not match the KAFS format."""
+
+
+# ---------------------------------------------------------------------------- keys
+
+
+def partition_prefix(namespace: str, topic: str, partition: int) -> str:
+    """``{namespace}/{topic}/{partition}/`` (with the trailing slash)."""
+    return f"{namespace or DEFAULT_NAMESPACE}/{topic}/{partition}/"
+
+
+def segment_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
+    return f"{partition_prefix(namespace, topic, partition)}segment-{base_offset:020d}.kfs"
+
+
+def index_key(namespace: str, topic: str, partition: int, base_offset: int) -> str:
+    return f"{partition_prefix(namespace, topic, partition)}segment-{base_offset:020d}.index"
+
+
+def index_key_for(segment_key_: str) -> str:
+    """The index key beside a segment key (``.kfs`` -> ``.index``)."""
+    if not segment_key_.endswith(SEGMENT_SUFFIX):
+        raise ValueError(f"not a segment key: {segment_key_!r}")
+    return segment_key_[: -len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
+
+
+def base_offset_of_key(key: str) -> int:
+    """Parse the base offset out of a segment or index key."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.startswith("segment-"):
+        raise ValueError(f"not a segment key: {key!r}")
+    stem = name[len("segment-") :].split(".", 1)[0]
+    if len(stem) != 20 or not stem.isdigit():
+        raise ValueError(f"not a segment key: {key!r}")
+    return int(stem)
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    magic: int
+    version: int
+    flags: int
+    base_offset: int
+    record_count: int
+    created_ms: int
+    reserved: int = 0
+
+    @property
+    def compression(self) -> int:
+        return self.flags & COMPRESSION_FLAG_MASK
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFooter:
+    body_crc: int
+    last_offset: int
+    magic: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    offset: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltSegment:
+    buffers: list[Buffer]  # header, the batch views themselves (zero-copy), footer
+    index: bytes
+    base_offset: int
+    last_offset: int
+    record_count: int
+    size: int
+    max_timestamp: int
+    compression: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSummary:
+    position: int  # byte position of the batch start in the segment file
+    base_offset: int
+    last_offset: int
+    record_count: int
+    size: int
+    compression: int
+    max_timestamp: int
+    crc_ok: bool
+
+
+@dataclass(slots=True)
+class SegmentReport:
+    header: SegmentHeader | None
+    footer: SegmentFooter | None
+    batches: list[BatchSummary] = field(default_factory=list)
+    index: list[IndexEntry] | None = None
+    index_interval: int | None = None
+    body_crc: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def raise_if_corrupt(self) -> None:
+        if self.problems:
+            raise CorruptSegmentError("; ".join(self.problems[:5]))
+
+
+# ---------------------------------------------------------------------------- writer
+
+
+def _dominant_compression(weights: Counter[int]) -> int:
+    if not weights:
+        return 0
+    return max(sorted(weights), key=lambda codec: weights[codec])
+
+
+def build_index(entries: Sequence[IndexEntry], interval: int) -> bytes:
+    out = bytearray(INDEX_HEADER_SIZE + INDEX_ENTRY_SIZE * len(entries))
+    _INDEX_HEADER.pack_into(out, 0, INDEX_MAGIC, INDEX_VERSION, len(entries), interval, 0)
+    pos = INDEX_HEADER_SIZE
+    for entry in entries:
+        _INDEX_ENTRY.pack_into(out, pos, entry.offset, entry.position)
+        pos += INDEX_ENTRY_SIZE
+    return bytes(out)
+
+
+def build_segment(
+    base_offset: int,
+    batches: Sequence[memoryview],
+    created_ms: int | None = None,
+    index_interval: int = DEFAULT_INDEX_INTERVAL,
+) -> BuiltSegment:
+    """Frame offset-patched v2 batches as a segment + index without copying the batches.
+
+    Raises ValueError when there are no batches, a batch is not framed as one v2 batch, or
+    the batches' offsets are not contiguous from ``base_offset``.
+    """
+    if not batches:
+        raise ValueError("a segment needs at least one record batch")
+    if index_interval <= 0:
+        raise ValueError("index_interval must be positive")
+    crc = 0
+    expected = base_offset
+    position = HEADER_SIZE
+    records = 0
+    since_index = 0
+    max_ts = -1
+    weights: Counter[int] = Counter()
+    entries: list[IndexEntry] = []
+    for i, view in enumerate(batches):
+        hdr = read_header(view)
+        if hdr.magic != 2 or hdr.size != len(view):
+            raise ValueError(f"batch {i} is not exactly one v2 record batch")
+        if hdr.base_offset != expected:
+            raise ValueError(
+                f"batch {i} has base offset {hdr.base_offset}, expected {expected} (not contiguous)"
+            )
+        if i == 0 or since_index >= index_interval:
+            entries.append(IndexEntry(hdr.base_offset, position))
+            since_index = 0
+        crc = crc32c(view, crc)
+        records += hdr.record_count
+        since_index += hdr.record_count
+        weights[hdr.compression] += hdr.size
+        max_ts = max(max_ts, hdr.max_timestamp)
+        position += hdr.size
+        expected = hdr.last_offset + 1
+    last_offset = expected - 1
+    compression = _dominant_compression(weights)
+    created = int(time.time() * 1000) if created_ms is None else created_ms
+    header = _HEADER.pack(
+        SEGMENT_MAGIC, SEGMENT_VERSION, compression, base_offset, records, created, 0
+    )
+    footer = _FOOTER.pack(crc, last_offset, FOOTER_MAGIC)
+    buffers: list[Buffer] = [header, *batches, footer]
+    return BuiltSegment(
+        buffers=buffers,
+        index=build_index(entries, index_interval),
+        base_offset=base_offset,
+        last_offset=last_offset,
+        record_count=records,
+        size=position + FOOTER_SIZE,
+        max_timestamp=max_ts,
+        compression=compression,
+    )
+
+
+# ---------------------------------------------------------------------------- parsers
+
+
+def parse_header(data: Buffer) -> SegmentHeader:
+    """Parse and check the 32-byte header at the start of ``data``."""
+    if len(data) < HEADER_SIZE:
+        raise CorruptSegmentError(f"segment header truncated: {len(data)} bytes < {HEADER_SIZE}")
+    hdr = SegmentHeader(*_HEADER.unpack_from(data, 0))
+    if hdr.magic != SEGMENT_MAGIC:
+        raise CorruptSegmentError(f"bad segment header magic 0x{hdr.magic:08X} (want KAFS)")
+    if hdr.version != SEGMENT_VERSION:
+        raise CorruptSegmentError(f"unsupported segment version {hdr.version}")
+    return hdr
+
+
+def parse_footer(data: Buffer) -> SegmentFooter:
+    """Parse and check the 16-byte footer at the end of ``data`` (a segment or a footer)."""
+    if len(data) < FOOTER_SIZE:
+        raise CorruptSegmentError(f"segment footer truncated: {len(data)} bytes < {FOOTER_SIZE}")
+    ftr = SegmentFooter(*_FOOTER.unpack_from(data, len(data) - FOOTER_SIZE))
+    if ftr.magic != FOOTER_MAGIC:
+        raise CorruptSegmentError(f"bad segment footer magic 0x{ftr.magic:08X} (want END!)")
+    return ftr
+
+
+def parse_index_header(data: Buffer) -> tuple[int, int]:
+    """Check an index object's header and length; return (entry count, interval)."""
+    if len(data) < INDEX_HEADER_SIZE:
+        raise CorruptSegmentError(f"index header truncated: {len(data)} bytes")
+    magic, version, count, interval, _ = _INDEX_HEADER.unpack_from(data, 0)
+    if magic != INDEX_MAGIC:
+        raise CorruptSegmentError(f"bad index magic 0x{magic:08X} (want IDX)")
+    if version != INDEX_VERSION:
+        raise CorruptSegmentError(f"unsupported index version {version}")
+    want = INDEX_HEADER_SIZE + count * INDEX_ENTRY_SIZE
+    if len(data) != want:
+        raise CorruptSegmentError(
+            f"index length {len(data)} does not match {count} entries ({want} bytes)"
+        )
+    return count, interval
+
+
+def parse_index(data: Buffer) -> list[IndexEntry]:
+    """Parse an index object into entries (ascending offsets are checked)."""
+    count, _ = parse_index_header(data)
+    entries = [
+        IndexEntry(*_INDEX_ENTRY.unpack_from(data, INDEX_HEADER_SIZE + i * INDEX_ENTRY_SIZE))
+        for i in range(count)
+    ]
+    for prev, cur in zip(entries, entries[1:], strict=False):
+        if cur.offset <= prev.offset or cur.position <= prev.position:
+            raise CorruptSegmentError(f"index entries not ascending at offset {cur.offset}")
+    return entries
+
+
+def lookup(index: Sequence[IndexEntry], offset: int) -> IndexEntry | None:
+    """The last index entry at or before ``offset`` (None if ``offset`` precedes them all)."""
+    i = bisect_right(index, offset, key=lambda e: e.offset)
+    return index[i - 1] if i else None
+
+
+def iter_segment_batches(data: Buffer) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+    """Yield (position in the segment, header, batch view) for each batch of the body.
+
+    Raises CorruptSegmentError when a batch is truncated or framed badly.
+    """
+    view = memoryview(data)
+    end = len(view) - FOOTER_SIZE
+    pos = HEADER_SIZE
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
+            raise CorruptSegmentError(f"truncated batch header at byte {pos}")
+        hdr = read_header(view, pos)
+        if hdr.magic != 2:
+            raise CorruptSegmentError(f"batch at byte {pos} has magic {hdr.magic}, want 2")
+        if hdr.size < BATCH_HEADER_SIZE or pos + hdr.size > end:
+            raise CorruptSegmentError(
+                f"batch at byte {pos} has length {hdr.size} past the end of the body ({end})"
+            )
+        yield pos, hdr, view[pos : pos + hdr.size]
+        pos += hdr.size
+
+
+# ---------------------------------------------------------------------------- validator
+
+
+def _check_batches(data: Buffer, report: SegmentReport) -> None:
+    hdr = report.header
+    expected = hdr.base_offset if hdr is not None else None
+    records = 0
+    try:
+        for pos, bh, view in iter_segment_batches(data):
+            crc_ok = verify_crc(view, bh)
+            report.batches.append(
+                BatchSummary(
+                    pos, bh.base_offset, bh.last_offset, bh.record_count, bh.size,
+                    bh.compression, bh.max_timestamp, crc_ok,
+                )
+            )  # fmt: skip
+            if not crc_ok:
+                report.problems.append(
+                    f"batch at byte {pos} (offset {bh.base_offset}) fails its CRC-32C"
+                )
+            if expected is not None and bh.base_offset != expected:
+                report.problems.append(
+                    f"batch at byte {pos} has base offset {bh.base_offset}, expected {expected}"
+                )
+            if bh.last_offset_delta < 0 or bh.record_count < 0:
+                report.problems.append(f"batch at byte {pos} has negative counts")
+            expected = bh.last_offset + 1
+            records += bh.record_count
+    except (CorruptSegmentError, CorruptBatchError) as exc:
+        report.problems.append(str(exc))
+        return
+    if not report.batches:
+        report.problems.append("segment body holds no record batch")
+    if hdr is not None and records != hdr.record_count:
+        report.problems.append(
+            f"header record count {hdr.record_count} != {records} records in the batches"
+        )
+    ftr = report.footer
+    if ftr is not None and report.batches and ftr.last_offset != report.batches[-1].last_offset:
+        report.problems.append(
+            f"footer last offset {ftr.last_offset} != last batch's last offset "
+            f"{report.batches[-1].last_offset}"
+        )
+
+
+def _check_index(index: Buffer, report: SegmentReport) -> None:
+    try:
+        _, report.index_interval = parse_index_header(index)
+        report.index = parse_index(index)
+    except CorruptSegmentError as exc:
+        report.problems.append(str(exc))
+        return
+    starts = {b.position: b.base_offset for b in report.batches}
+    if not report.index:
+        report.problems.append("index has no entries (the first batch must be indexed)")
+    elif report.batches and report.index[0].position != report.batches[0].position:
+        report.problems.append("index does not start at the first batch")
+    for entry in report.index:
+        if starts.get(entry.position) != entry.offset:
+            report.problems.append(
+                f"index entry (offset {entry.offset}, position {entry.position}) "
+                "does not point at the start of that batch"
+            )
+
+
+def validate_segment(data: Buffer, index: Buffer | None = None) -> SegmentReport:
+    """Check a whole segment (and its index if given); see the module doc for the contract."""
+    report = SegmentReport(header=None, footer=None)
+    if len(data) < HEADER_SIZE + FOOTER_SIZE:
+        report.problems.append(
+            f"segment truncated: {len(data)} bytes, less than header + footer "
+            f"({HEADER_SIZE + FOOTER_SIZE})"
+        )
+        return report
+    try:
+        report.header = parse_header(data)
+    except CorruptSegmentError as exc:
+        report.problems.append(str(exc))
+    try:
+        report.footer = parse_footer(data)
+    except CorruptSegmentError as exc:
+        report.problems.append(str(exc))
+    body = memoryview(data)[HEADER_SIZE : len(data) - FOOTER_SIZE]
+    report.body_crc = crc32c(body)
+    if report.footer is not None and report.footer.body_crc != report.body_crc:
+        report.problems.append(
+            f"body CRC-32C mismatch: footer says 0x{report.footer.body_crc:08X}, "
+            f"body is 0x{report.body_crc:08X}"
+        )
+    _check_batches(data, report)
+    if index is not None:
+        _check_index(index, report)
+    return report

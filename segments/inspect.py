@@ -1,0 +1,133 @@
+"""``kafscale segments inspect PATH|URL``: print and validate one KAFS segment.
+
+PATH is a local ``.kfs`` file; URL is ``file://PATH`` or
+``s3://BUCKET/KEY.kfs?endpoint=URL&region=R[&access_key=..&secret_key=..]``. The index
+beside it (``.index``) is read and checked when present.
+
+Exit status: 0 valid, 1 corrupt (each problem is printed), 2 unreadable / bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import sys
+from typing import TextIO
+from urllib.parse import urlsplit
+
+from segments.format import INDEX_SUFFIX, SEGMENT_SUFFIX, SegmentReport, validate_segment
+from segments.store import ObjectNotFoundError, StoreError
+
+CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def _index_name(name: str) -> str:
+    return name[: -len(SEGMENT_SUFFIX)] + INDEX_SUFFIX if name.endswith(SEGMENT_SUFFIX) else ""
+
+
+async def _load_s3(url: str) -> tuple[bytes, bytes | None]:
+    from segments.s3_store import S3Store
+
+    parts = urlsplit(url)
+    key = parts.path.lstrip("/")
+    if not key:
+        raise ValueError(f"no object key in {url!r}")
+    store = S3Store.from_url(parts._replace(path="").geturl())
+    try:
+        data = await store.get(key)
+        index = None
+        if ikey := _index_name(key):
+            try:
+                index = await store.get(ikey)
+            except ObjectNotFoundError:
+                index = None
+        return data, index
+    finally:
+        await store.close()
+
+
+def _load_file(path: str) -> tuple[bytes, bytes | None]:
+    with open(path, "rb") as f:
+        data = f.read()
+    index = None
+    if ipath := _index_name(path):
+        try:
+            with open(ipath, "rb") as f:
+                index = f.read()
+        except FileNotFoundError:
+            index = None
+    return data, index
+
+
+def load(target: str) -> tuple[bytes, bytes | None]:
+    """The segment's bytes and its index's bytes (None when there is no index)."""
+    if target.startswith("s3://"):
+        return asyncio.run(_load_s3(target))
+    if target.startswith("file://"):
+        target = target[len("file://") :]
+    return _load_file(target)
+
+
+def _ms(ms: int) -> str:
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return "invalid"
+
+
+def print_report(target: str, size: int, report: SegmentReport, out: TextIO) -> None:
+    w = out.write
+    w(f"segment: {target} ({size} bytes)\n")
+    if (h := report.header) is not None:
+        w(
+            f"header:  magic=KAFS version={h.version} flags=0x{h.flags:04x} "
+            f"compression={CODECS.get(h.compression, h.compression)} base_offset={h.base_offset} "
+            f"records={h.record_count} created={_ms(h.created_ms)} ({h.created_ms})\n"
+        )
+    if (f := report.footer) is not None:
+        state = "ok" if f.body_crc == report.body_crc else f"MISMATCH, body 0x{report.body_crc:08x}"
+        w(
+            f"footer:  body_crc=0x{f.body_crc:08x} ({state}) "
+            f"last_offset={f.last_offset} magic=END!\n"
+        )
+    if report.index is None:
+        w("index:   none\n")
+    else:
+        w(f"index:   {len(report.index)} entries, interval {report.index_interval} records\n")
+        for e in report.index:
+            w(f"  offset={e.offset} position={e.position}\n")
+    w(f"batches: {len(report.batches)}\n")
+    w(f"  {'position':>10} {'base':>12} {'last':>12} {'records':>8} {'bytes':>9} codec   crc\n")
+    for b in report.batches:
+        w(
+            f"  {b.position:>10} {b.base_offset:>12} {b.last_offset:>12} {b.record_count:>8} "
+            f"{b.size:>9} {CODECS.get(b.compression, str(b.compression)):<7} "
+            f"{'ok' if b.crc_ok else 'BAD'}\n"
+        )
+    if report.ok:
+        w("OK: segment is valid\n")
+    else:
+        for problem in report.problems:
+            w(f"CORRUPT: {problem}\n")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kafscale segments inspect",
+        description="Print and validate a KAFS segment (exit 0 valid, 1 corrupt, 2 unreadable).",
+    )
+    parser.add_argument("target", metavar="PATH|URL", help="a .kfs file, file://PATH or s3://...")
+    args = parser.parse_args(argv)
+    try:
+        data, index = load(args.target)
+    except (OSError, StoreError, ValueError) as exc:
+        print(f"error: cannot read {args.target}: {exc!r}", file=sys.stderr)
+        return 2
+    report = validate_segment(data, index)
+    print_report(args.target, len(data), report, sys.stdout)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

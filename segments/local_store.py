@@ -1,0 +1,258 @@
+"""``LocalStore``: the object store as a directory (``file://PATH``), for a single node.
+
+Keys are relative paths under the root. ``put_if_absent`` is atomic and exclusive: the
+bytes go to a temp file in the target directory, are fsynced, and the temp file is
+hard-linked to the final name (``link`` fails if the name exists), then the directory is
+fsynced. A crash leaves at most a stray temp file (ignored by ``list``), never a
+half-written object at a key.
+
+ETags are the hex MD5 of the content (what S3 returns for a single-part PUT), computed
+while writing and remembered per (inode, mtime, size); an object written by another
+process is hashed once on first need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+
+from segments.store import (
+    Buffer,
+    ObjectExistsError,
+    ObjectInfo,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+
+TMP_MARKER = ".tmp-"
+# Ranged reads up to 1 MiB run inline: measured from page cache, 4 KiB-1 MiB inline took
+# 11-114 us versus 115-358 us through asyncio.to_thread; at 8 MiB the thread wins.
+INLINE_READ_MAX = 1 << 20
+_ETAG_CACHE_MAX = 65536
+
+_StatKey = tuple[int, int, int, int]  # dev, inode, mtime_ns, size
+
+
+def _stat_key(st: os.stat_result) -> _StatKey:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore:
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
+        self._etags: dict[_StatKey, str] = {}
+
+    @classmethod
+    def from_url(cls, url: str) -> LocalStore:
+        """``file://./data``, ``file:///abs/path`` or a plain path."""
+        path = url[len("file://") :] if url.startswith("file://") else url
+        if not path:
+            raise ValueError(f"empty path in store URL {url!r}")
+        return cls(path)
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.root!r})"
+
+    # ------------------------------------------------------------------ helpers
+
+    def _path(self, key: str) -> str:
+        parts = key.split("/")
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"invalid object key {key!r}")
+        if any(p.startswith(".") and TMP_MARKER in p for p in parts):
+            raise ValueError(f"invalid object key {key!r}")
+        return os.path.join(self.root, *parts)
+
+    def _remember(self, st: os.stat_result, etag: str) -> None:
+        if len(self._etags) >= _ETAG_CACHE_MAX:
+            self._etags.clear()
+        self._etags[_stat_key(st)] = etag
+
+    def _etag_of_fd(self, fd: int, st: os.stat_result) -> str:
+        etag = self._etags.get(_stat_key(st))
+        if etag is None:
+            digest = hashlib.md5(usedforsecurity=False)
+            pos = 0
+            while chunk := os.pread(fd, 1 << 20, pos):
+                digest.update(chunk)
+                pos += len(chunk)
+            etag = digest.hexdigest()
+            self._remember(st, etag)
+        return etag
+
+    def _etag_known(self, key: str) -> bool:
+        try:
+            return _stat_key(os.stat(self._path(key))) in self._etags
+        except OSError:
+            return True  # missing: the inline path raises the right error at once
+
+    def _mkdirs(self, directory: str) -> None:
+        """Create missing parent directories, fsyncing each new one's parent."""
+        missing: list[str] = []
+        d = directory
+        while not os.path.isdir(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                continue
+            _fsync_dir(os.path.dirname(d))
+
+    def _put_sync(self, key: str, data: Sequence[Buffer]) -> str:
+        final = self._path(key)
+        directory, name = os.path.split(final)
+        self._mkdirs(directory)
+        if os.path.lexists(final):
+            raise ObjectExistsError(key)
+        tmp = os.path.join(directory, f".{name}{TMP_MARKER}{uuid.uuid4().hex}")
+        digest = hashlib.md5(usedforsecurity=False)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                for buf in data:
+                    digest.update(buf)
+                    view = memoryview(buf)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                os.fsync(fd)
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                raise ObjectExistsError(key) from None
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(directory)
+        etag = digest.hexdigest()
+        self._remember(st, etag)  # link/unlink change neither inode, mtime nor size
+        return etag
+
+    def _get_sync(
+        self, key: str, start: int | None, end: int | None, if_match: str | None
+    ) -> bytes:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFoundError(key) from None
+        try:
+            st = os.fstat(fd)
+            if if_match is not None and self._etag_of_fd(fd, st) != if_match.strip('"'):
+                raise PreconditionFailedError(key)
+            lo = 0 if start is None else max(0, start)
+            hi = st.st_size if end is None else min(end, st.st_size)
+            if hi <= lo:
+                return b""
+            data = os.pread(fd, hi - lo, lo)
+            while len(data) < hi - lo:  # pread may return short on some filesystems
+                more = os.pread(fd, hi - lo - len(data), lo + len(data))
+                if not more:
+                    break
+                data += more
+            return data
+        finally:
+            os.close(fd)
+
+    def _head_sync(self, key: str) -> ObjectInfo | None:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            st = os.fstat(fd)
+            return ObjectInfo(key, st.st_size, self._etag_of_fd(fd, st))
+        finally:
+            os.close(fd)
+
+    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        # Walk only the directory the prefix names (e.g. "default/t/0/seg" -> "default/t/0").
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        top = os.path.join(self.root, *base.split("/")) if base else self.root
+        out: list[ObjectInfo] = []
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            rel_dir = "" if rel_dir == "." else rel_dir + "/"
+            for fname in filenames:
+                if fname.startswith(".") and TMP_MARKER in fname:
+                    continue
+                key = rel_dir + fname
+                if key.startswith(prefix):
+                    info = self._head_sync(key)
+                    if info is not None:
+                        out.append(info)
+        out.sort(key=lambda i: i.key)
+        return out
+
+    # ------------------------------------------------------------------ ObjectStore
+
+    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+        try:
+            return await asyncio.to_thread(self._put_sync, key, data)
+        except OSError as exc:
+            raise StoreError(f"put {key}: {exc}") from exc
+
+    async def get(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> bytes:
+        small = start is not None and end is not None and end - start <= INLINE_READ_MAX
+        if small and if_match is not None:
+            small = self._etag_known(key)  # hashing a whole object belongs in a thread
+        try:
+            if small:
+                return self._get_sync(key, start, end, if_match)
+            return await asyncio.to_thread(self._get_sync, key, start, end, if_match)
+        except OSError as exc:
+            raise StoreError(f"get {key}: {exc}") from exc
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        try:
+            if self._etag_known(key):
+                return self._head_sync(key)
+            return await asyncio.to_thread(self._head_sync, key)
+        except OSError as exc:
+            raise StoreError(f"head {key}: {exc}") from exc
+
+    async def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno == errno.EISDIR:
+                return
+            raise StoreError(f"delete {key}: {exc}") from exc
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        try:
+            return await asyncio.to_thread(self._list_sync, prefix)
+        except OSError as exc:
+            raise StoreError(f"list {prefix}: {exc}") from exc
+
+    async def close(self) -> None:
+        return None

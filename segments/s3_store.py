@@ -1,0 +1,224 @@
+"""``S3Store``: the object store on any S3 API (AWS S3, MinIO, SeaweedFS) via aioboto3.
+
+URL form: ``s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:8333&region=us-east-1&path_style=true``
+with optional ``access_key``/``secret_key`` parameters; without them the usual AWS
+credential chain applies (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, profiles, ...).
+
+One long-lived client is created on first use and closed by ``close()``. ETags are returned
+without quotes (the hex MD5 for single-part PUTs, as ``LocalStore`` computes them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import aioboto3
+from aiobotocore.config import AioConfig
+from botocore.exceptions import BotoCoreError, ClientError
+
+from segments.store import (
+    Buffer,
+    ObjectExistsError,
+    ObjectInfo,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+
+_NOT_FOUND = {"NoSuchKey", "404", "NotFound", "NoSuchBucket"}
+_PRECONDITION = {"PreconditionFailed", "412"}
+_CONFLICT = {"ConditionalRequestConflict", "409"}
+_BAD_RANGE = {"InvalidRange", "416"}
+
+
+def _code(exc: ClientError) -> str:
+    err = exc.response.get("Error", {})
+    code = str(err.get("Code", ""))
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code or str(status)
+
+
+def _truthy(value: str) -> bool:
+    return value.lower() in ("1", "true", "yes", "on")
+
+
+class S3Store:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        path_style: bool = True,
+        max_connections: int = 64,
+    ) -> None:
+        if not bucket:
+            raise ValueError("S3Store needs a bucket")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self._access_key = access_key
+        self._secret_key = secret_key
+        self._config = AioConfig(
+            s3={"addressing_style": "path" if path_style else "auto"},
+            retries={"max_attempts": 3, "mode": "standard"},
+            max_pool_connections=max_connections,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        self.list_page_size = 1000  # keys per ListObjectsV2 page (S3's maximum)
+        self._client: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Store:
+        parts = urlsplit(url)
+        if parts.scheme != "s3" or not parts.netloc:
+            raise ValueError(f"not an s3:// URL: {url!r}")
+        q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        return cls(
+            bucket=parts.netloc,
+            prefix=parts.path,
+            endpoint_url=q.get("endpoint"),
+            region=q.get("region"),
+            access_key=q.get("access_key"),
+            secret_key=q.get("secret_key"),
+            path_style=_truthy(q.get("path_style", "true")),
+        )
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.bucket!r}, prefix={self.prefix!r}, endpoint={self.endpoint_url!r})"
+
+    async def _get_client(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                session = aioboto3.Session(
+                    aws_access_key_id=self._access_key,
+                    aws_secret_access_key=self._secret_key,
+                    region_name=self.region,
+                )
+                stack = contextlib.AsyncExitStack()
+                self._client = await stack.enter_async_context(
+                    session.client("s3", endpoint_url=self.endpoint_url, config=self._config)
+                )
+                self._stack = stack
+        return self._client
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    # ------------------------------------------------------------------ ObjectStore
+
+    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+        body = data[0] if len(data) == 1 and isinstance(data[0], bytes) else b"".join(data)
+        client = await self._get_client()
+        try:
+            resp = await client.put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=body, IfNoneMatch="*"
+            )
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _PRECONDITION or code in _CONFLICT:
+                raise ObjectExistsError(key) from None
+            raise StoreError(f"put {key}: {code}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"put {key}: {exc}") from exc
+        return str(resp["ETag"]).strip('"')
+
+    async def get(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> bytes:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
+        if start is not None or end is not None:
+            lo = max(0, start or 0)
+            if end is not None and end <= lo:
+                return b""
+            kwargs["Range"] = f"bytes={lo}-" if end is None else f"bytes={lo}-{end - 1}"
+        if if_match is not None:
+            kwargs["IfMatch"] = f'"{if_match.strip(chr(34))}"'
+        client = await self._get_client()
+        try:
+            resp = await client.get_object(**kwargs)
+            async with resp["Body"] as stream:
+                return bytes(await stream.read())
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _NOT_FOUND:
+                raise ObjectNotFoundError(key) from None
+            if code in _PRECONDITION:
+                raise PreconditionFailedError(key) from None
+            if code in _BAD_RANGE:
+                return b""
+            raise StoreError(f"get {key}: {code}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"get {key}: {exc}") from exc
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        client = await self._get_client()
+        try:
+            resp = await client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _NOT_FOUND:
+                return None
+            raise StoreError(f"head {key}: {code}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"head {key}: {exc}") from exc
+        return ObjectInfo(key, int(resp["ContentLength"]), str(resp["ETag"]).strip('"'))
+
+    async def delete(self, key: str) -> None:
+        client = await self._get_client()
+        try:
+            await client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _NOT_FOUND and code != "NoSuchBucket":
+                return
+            raise StoreError(f"delete {key}: {code}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"delete {key}: {exc}") from exc
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        client = await self._get_client()
+        out: list[ObjectInfo] = []
+        strip = len(self.prefix)
+        try:
+            paginator = client.get_paginator("list_objects_v2")
+            pages = paginator.paginate(
+                Bucket=self.bucket,
+                Prefix=self._key(prefix),
+                PaginationConfig={"PageSize": self.list_page_size},
+            )
+            async for page in pages:
+                for obj in page.get("Contents", ()):
+                    out.append(
+                        ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["ETag"].strip('"'))
+                    )
+        except ClientError as exc:
+            raise StoreError(f"list {prefix}: {_code(exc)}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"list {prefix}: {exc}") from exc
+        out.sort(key=lambda i: i.key)
+        return out
+
+    async def close(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()

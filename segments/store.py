@@ -1,0 +1,85 @@
+"""The object-store interface segments are written to and read from.
+
+Implementations: ``segments.local_store.LocalStore`` (a directory, ``file://PATH``) and
+``segments.s3_store.S3Store`` (aioboto3, ``s3://BUCKET/PREFIX?endpoint=URL&region=R``),
+chosen by ``open_store(url)`` and imported lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+Buffer = bytes | bytearray | memoryview
+
+
+class StoreError(Exception):
+    """Base class of object-store failures (I/O, auth, network)."""
+
+
+class ObjectExistsError(StoreError):
+    """A conditional PUT (If-None-Match: *) found the key already present."""
+
+
+class ObjectNotFoundError(StoreError):
+    """The key does not exist."""
+
+
+class PreconditionFailedError(StoreError):
+    """A GET with If-Match found a different ETag."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+        """Write the concatenation of ``data`` at ``key`` only if it does not exist.
+
+        Returns the ETag. Raises ObjectExistsError if the key exists.
+        """
+        ...
+
+    async def get(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> bytes:
+        """Read ``[start, end)`` of the object (whole object when both are None).
+
+        Raises ObjectNotFoundError, PreconditionFailedError (etag mismatch).
+        """
+        ...
+
+    async def head(self, key: str) -> ObjectInfo | None: ...
+
+    async def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing key is not an error."""
+        ...
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, sorted by key."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def open_store(url: str) -> ObjectStore:
+    """Open an object store from a URL: ``file://PATH`` or ``s3://BUCKET/PREFIX?...``."""
+    if url.startswith("file://") or "://" not in url:
+        from segments.local_store import LocalStore
+
+        return LocalStore.from_url(url)
+    if url.startswith("s3://"):
+        from segments.s3_store import S3Store
+
+        return S3Store.from_url(url)
+    raise ValueError(f"unsupported object store URL {url!r} (use file:// or s3://)")

@@ -1,0 +1,226 @@
+"""Embedded-store behaviour beyond the shared contract: durability, recovery, locking."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from broker.meta import _wal
+from broker.meta.base import MetaStoreError, Put, open_meta
+from broker.meta.embedded import LOG, SNAPSHOT, EmbeddedStore
+
+
+async def test_state_survives_close_and_reopen(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path))
+    await store.put("/a", b"1")
+    await store.put("/a", b"2")
+    await store.txn([], [Put("/b", b"x"), Put("/c", b"y")])
+    await store.delete("/c")
+    before = await store.range("")
+    rev = store.revision
+    await store.close()
+
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert await again.range("") == before
+        assert again.revision == rev
+        a = await again.get("/a")
+        assert a is not None and (a.value, a.version) == (b"2", 2)
+        assert await again.put("/d", b"z") == rev + 1
+    finally:
+        await again.close()
+
+
+async def test_torn_tail_is_dropped_and_truncated(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path))
+    await store.put("/a", b"1")
+    await store.put("/b", b"2")
+    size_two = os.path.getsize(tmp_path / LOG)
+    await store.put("/c", b"3" * 100)
+    await store.close()
+    full = os.path.getsize(tmp_path / LOG)
+    os.truncate(tmp_path / LOG, full - 20)  # crash in the middle of the third record
+
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert [kv.key for kv in await again.range("")] == ["/a", "/b"]
+        assert again.revision == 2
+        assert os.path.getsize(tmp_path / LOG) == size_two
+        assert await again.put("/d", b"4") == 3
+    finally:
+        await again.close()
+    third = EmbeddedStore(str(tmp_path))
+    try:
+        assert [kv.key for kv in await third.range("")] == ["/a", "/b", "/d"]
+    finally:
+        await third.close()
+
+
+async def test_corrupt_tail_record_is_ignored(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path))
+    await store.put("/a", b"1")
+    await store.close()
+    with open(tmp_path / LOG, "ab") as f:  # a whole frame whose checksum is wrong
+        f.write(_wal.encode_record(2, [_wal.LogOp("/kafscale/b", b"2")])[:-1] + b"!")
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert [kv.key for kv in await again.range("")] == ["/a"]
+    finally:
+        await again.close()
+
+
+async def test_lock_prevents_a_second_writer(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path))
+    with pytest.raises(MetaStoreError, match="in use by another process"):
+        EmbeddedStore(str(tmp_path))
+    await store.close()
+    again = EmbeddedStore(str(tmp_path))
+    await again.close()
+
+
+async def test_compaction_keeps_data(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path), compact_bytes=2048)
+    for i in range(200):
+        await store.put(f"/k/{i % 50:02d}", f"v{i}".encode())
+    assert os.path.exists(tmp_path / SNAPSHOT)
+    assert os.path.getsize(tmp_path / LOG) <= 2048 + 100
+    expected = await store.range("")
+    await store.close()
+
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert await again.range("") == expected
+        assert again.revision == 200
+        kv = await again.get("/k/00")
+        assert kv is not None and (kv.value, kv.version) == (b"v150", 4)
+        with pytest.raises(MetaStoreError, match="compacted"):
+            await anext(again.watch("/k/", start_revision=1))
+    finally:
+        await again.close()
+
+
+async def test_leased_keys_do_not_survive_reopen(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path))
+    lease = await store.grant_lease(60)
+    await store.put("/brokers/1", b"me", lease=lease)
+    await store.put("/topics/t", b"t")
+    await store.compact()  # the leased key is in the snapshot too
+    await store.put("/owners/t/0", b"me", lease=lease)
+    await store.close()
+
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert [kv.key for kv in await again.range("")] == ["/topics/t"]
+    finally:
+        await again.close()
+
+
+async def test_read_only_rejects_writes_and_keeps_torn_tail(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path))
+    await store.put("/a", b"1")
+    await store.put("/b", b"2")
+    await store.close()
+    size = os.path.getsize(tmp_path / LOG)
+    os.truncate(tmp_path / LOG, size - 3)
+
+    reader = EmbeddedStore(str(tmp_path), read_only=True)
+    try:
+        assert [kv.key for kv in await reader.range("")] == ["/a"]
+        for call in (
+            reader.put("/x", b"1"),
+            reader.delete("/a"),
+            reader.txn([], [Put("/x", b"1")]),
+            reader.grant_lease(5),
+            reader.refresh_lease(1),
+            reader.revoke_lease(1),
+        ):
+            with pytest.raises(MetaStoreError, match="read-only"):
+                await call
+        assert (await reader.txn([], [])).succeeded  # reads are fine
+    finally:
+        await reader.close()
+    assert os.path.getsize(tmp_path / LOG) == size - 3
+
+
+_WRITER = """
+import asyncio, sys
+from broker.meta.embedded import EmbeddedStore
+async def main():
+    store = EmbeddedStore(sys.argv[1])
+    for i in range(10):
+        await store.put(f"/topics/t{i}", b"cfg")
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await store.close()
+asyncio.run(main())
+"""
+
+
+async def test_read_only_reader_beside_a_writer_process(tmp_path: Path) -> None:
+    path = str(tmp_path / "meta")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=str(Path(__file__).resolve().parents[4]),
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+        assert line.strip() == b"ready"
+        with pytest.raises(MetaStoreError, match="in use"):
+            EmbeddedStore(path)
+        reader = open_meta(f"embedded://{path}", read_only=True)
+        try:
+            assert [kv.key for kv in await reader.range("/topics/")] == [
+                f"/topics/t{i}" for i in range(10)
+            ]
+        finally:
+            await reader.close()
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_read_only_replay_races_compaction(tmp_path: Path) -> None:
+    writer = EmbeddedStore(str(tmp_path), compact_bytes=1 << 30)
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            for i in range(400):
+                asyncio.run(writer.put(f"/k/{i:04d}", b"x" * 50))
+                if i % 7 == 0:
+                    asyncio.run(writer.compact())
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    opens = 0
+    try:
+        while not done.is_set() or opens < 5:
+            reader = EmbeddedStore(str(tmp_path), read_only=True)
+            keys = [kv.key for kv in asyncio.run(reader.range("/k/"))]
+            # always a consistent prefix of the writer's history
+            assert keys == [f"/k/{i:04d}" for i in range(len(keys))]
+            assert reader.revision == len(keys)
+            asyncio.run(reader.close())
+            opens += 1
+    finally:
+        thread.join()
+        asyncio.run(writer.close())
+    assert opens >= 5

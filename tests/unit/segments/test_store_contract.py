@@ -1,0 +1,186 @@
+"""One contract suite for every ObjectStore: LocalStore, S3Store on moto's server, and
+S3Store on SeaweedFS (the real S3 server, integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from segments.local_store import TMP_MARKER, LocalStore
+from segments.s3_store import S3Store
+from segments.store import (
+    Buffer,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    ObjectStore,
+    PreconditionFailedError,
+    StoreError,
+    open_store,
+)
+from tests.fixtures.s3 import create_bucket
+
+BACKENDS = [
+    pytest.param("local", id="local"),
+    pytest.param("moto", id="s3-moto"),
+    pytest.param("seaweedfs", id="s3-seaweedfs", marks=pytest.mark.integration),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
+    if request.param == "local":
+        s: ObjectStore = open_store(f"file://{tmp_path}/objects")
+        assert isinstance(s, LocalStore)
+    else:
+        endpoint = request.getfixturevalue(f"{request.param}_s3")
+        bucket = await asyncio.to_thread(create_bucket, endpoint)
+        s = open_store(endpoint.store_url(bucket, "pfx/x"))
+        assert isinstance(s, S3Store) and s.prefix == "pfx/x/"
+    yield s
+    await s.close()
+
+
+async def test_put_if_absent_is_exclusive(store: ObjectStore) -> None:
+    data: list[Buffer] = [b"hello ", memoryview(b"world"), bytearray(b"!")]
+    etag = await store.put_if_absent("ns/t/0/a.kfs", data)
+    assert etag == hashlib.md5(b"hello world!").hexdigest()
+    with pytest.raises(ObjectExistsError):
+        await store.put_if_absent("ns/t/0/a.kfs", [b"other"])
+    assert await store.get("ns/t/0/a.kfs") == b"hello world!"
+
+
+async def test_concurrent_puts_one_winner(store: ObjectStore) -> None:
+    results = await asyncio.gather(
+        *(store.put_if_absent("race/k", [f"writer-{i}".encode()]) for i in range(4)),
+        return_exceptions=True,
+    )
+    wins = [r for r in results if isinstance(r, str)]
+    assert len(wins) == 1
+    assert all(isinstance(r, ObjectExistsError) for r in results if not isinstance(r, str))
+    assert hashlib.md5(await store.get("race/k")).hexdigest() == wins[0]
+
+
+async def test_ranged_gets(store: ObjectStore) -> None:
+    payload = bytes(range(256)) * 4
+    await store.put_if_absent("r/obj", [payload])
+    assert await store.get("r/obj", 10, 20) == payload[10:20]
+    assert await store.get("r/obj", 1000) == payload[1000:]
+    assert await store.get("r/obj", None, 5) == payload[:5]
+    assert await store.get("r/obj", 1000, 5000) == payload[1000:]
+    assert await store.get("r/obj", 7, 7) == b""
+
+
+async def test_if_match(store: ObjectStore) -> None:
+    etag = await store.put_if_absent("m/obj", [b"abcdef"])
+    assert await store.get("m/obj", 1, 3, if_match=etag) == b"bc"
+    with pytest.raises(PreconditionFailedError):
+        await store.get("m/obj", 1, 3, if_match=hashlib.md5(b"else").hexdigest())
+    await store.delete("m/obj")
+    etag2 = await store.put_if_absent("m/obj", [b"ABCDEF"])
+    assert etag2 != etag
+    with pytest.raises(PreconditionFailedError):
+        await store.get("m/obj", if_match=etag)  # a replaced object is fenced off
+
+
+async def test_missing_objects(store: ObjectStore) -> None:
+    with pytest.raises(ObjectNotFoundError):
+        await store.get("nope/obj")
+    with pytest.raises(ObjectNotFoundError):
+        await store.get("nope/obj", 0, 10, if_match="abc")
+    assert await store.head("nope/obj") is None
+    await store.delete("nope/obj")  # not an error
+
+
+async def test_head_list_delete(store: ObjectStore) -> None:
+    keys = ["default/t/0/segment-2.kfs", "default/t/0/segment-1.kfs", "default/t/1/x", "other/y"]
+    etags = {k: await store.put_if_absent(k, [k.encode()]) for k in keys}
+    info = await store.head("default/t/1/x")
+    assert (
+        info is not None
+        and info.size == len("default/t/1/x")
+        and info.etag == etags["default/t/1/x"]
+    )
+    listed = await store.list("default/t/0/")
+    assert [i.key for i in listed] == ["default/t/0/segment-1.kfs", "default/t/0/segment-2.kfs"]
+    assert [i.etag for i in listed] == [etags[i.key] for i in listed]
+    assert [i.key for i in await store.list("default/t/0/segment-2")] == [keys[0]]
+    assert len(await store.list("default/")) == 3
+    assert len(await store.list("")) == 4
+    assert await store.list("missing/") == []
+    await store.delete("default/t/0/segment-1.kfs")
+    assert [i.key for i in await store.list("default/t/0/")] == [keys[0]]
+    assert await store.head("default/t/0/segment-1.kfs") is None
+
+
+async def test_list_paginates(store: ObjectStore) -> None:
+    n = 25
+    if isinstance(store, S3Store):
+        store.list_page_size = 7  # 4 pages
+    await asyncio.gather(*(store.put_if_absent(f"p/k{i:05d}", [b"x"]) for i in range(n)))
+    listed = await store.list("p/")
+    assert [i.key for i in listed] == [f"p/k{i:05d}" for i in range(n)]
+
+
+# ---------------------------------------------------------------------------- local only
+
+
+async def test_local_put_leaves_no_temp_files(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path))
+    await store.put_if_absent("a/b/c", [b"1"])
+    with pytest.raises(ObjectExistsError):
+        await store.put_if_absent("a/b/c", [b"2"])
+    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["c"]
+    (tmp_path / "a" / "b" / f".c{TMP_MARKER}dead").write_bytes(b"half")  # a crash leftover
+    assert [i.key for i in await store.list("a/")] == ["a/b/c"]
+
+
+async def test_local_etag_survives_restart(tmp_path: Path) -> None:
+    etag = await LocalStore(str(tmp_path)).put_if_absent("k", [b"payload"])
+    fresh = LocalStore(str(tmp_path))  # no remembered etags: hashes the file
+    assert await fresh.get("k", 0, 3, if_match=etag) == b"pay"
+    info = await fresh.head("k")
+    assert info is not None and info.etag == etag
+
+
+async def test_local_rejects_escaping_keys(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "root"))
+    for key in ("../x", "/abs", "a//b", "a/./b", ""):
+        with pytest.raises(ValueError):
+            await store.put_if_absent(key, [b"x"])
+
+
+def test_local_from_url_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = LocalStore.from_url("file://./data")
+    assert store.root == str(tmp_path / "data") and (tmp_path / "data").is_dir()
+
+
+def test_s3_from_url_parses_parameters() -> None:
+    s = S3Store.from_url(
+        "s3://bucket/some/prefix/?endpoint=http://127.0.0.1:8333&region=eu-west-1"
+        "&path_style=false&access_key=AK&secret_key=SK"
+    )
+    assert (s.bucket, s.prefix, s.endpoint_url, s.region) == (
+        "bucket", "some/prefix/", "http://127.0.0.1:8333", "eu-west-1",
+    )  # fmt: skip
+    assert S3Store.from_url("s3://b").prefix == ""
+    with pytest.raises(ValueError):
+        S3Store.from_url("s3:///nobucket")
+
+
+async def test_s3_unreachable_endpoint_is_store_error() -> None:
+    from tests.fixtures.s3 import free_ports
+
+    (port,) = free_ports(1)  # nothing listens here
+    s = S3Store("b", endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1",
+                access_key="a", secret_key="b")  # fmt: skip
+    try:
+        with pytest.raises(StoreError):
+            await s.head("k")
+    finally:
+        await s.close()
