@@ -39,7 +39,6 @@ from broker.config import BrokerConfig
 from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, Put
 from broker.topic_configs import (
     TOPIC_CONFIGS,
-    AlterOp,
     ConfigEntry,
     ResourceType,
     apply_incremental,
@@ -58,6 +57,7 @@ MAX_PARTITIONS = 10_000
 MAX_REPLICATION_FACTOR = 3
 _NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _CAS_ATTEMPTS = 16
+_RETRY_S = 0.5
 _DELETE_CONCURRENCY = 16
 
 
@@ -126,6 +126,16 @@ def validate_replication_factor(factor: int) -> None:
 
 
 Listener = Callable[[str, TopicInfo | None], None]
+
+
+def _reraise_if_cancelled(exc: BaseException) -> None:
+    """Re-raise a CancelledError meant for this task. A client library (grpc) may raise
+    CancelledError when its channel is closed underneath a call; that is a failure to
+    recover from, not a request to stop."""
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise exc
 
 
 class TopicManager:
@@ -251,27 +261,31 @@ class TopicManager:
             self._apply_kv(kv)
         return result.revision
 
+    async def _follow(self, revision: int) -> int:
+        """Apply watch events after ``revision`` until the watch ends; returns the last."""
+        async for ev in self._meta.watch(TOPICS_PREFIX, start_revision=revision + 1):
+            revision = max(revision, ev.mod_revision)
+            name = ev.key[len(TOPICS_PREFIX) :]
+            if ev.type == "delete":
+                self._apply(name, None, ev.mod_revision)
+            else:
+                self._apply_kv(KeyValue(ev.key, ev.value, 0, ev.mod_revision, 1))
+        return revision
+
     async def _watch(self, revision: int) -> None:
+        """Follow ``/topics/``; on any failure back off, reload a snapshot, watch again."""
         while True:
             try:
-                async for ev in self._meta.watch(TOPICS_PREFIX, start_revision=revision + 1):
-                    revision = max(revision, ev.mod_revision)
-                    name = ev.key[len(TOPICS_PREFIX) :]
-                    if ev.type == "delete":
-                        self._apply(name, None, ev.mod_revision)
-                    else:
-                        self._apply_kv(KeyValue(ev.key, ev.value, 0, ev.mod_revision, 1))
+                revision = await self._follow(revision)
                 log.warning("topics watch ended; resyncing")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                _reraise_if_cancelled(exc)
                 log.warning("topics watch failed (%s); resyncing", exc)
-                await asyncio.sleep(0.5)  # back off before reconnecting, not a poll
+                await asyncio.sleep(_RETRY_S)  # back off before reconnecting, not a poll
             try:
                 revision = await self._sync()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                _reraise_if_cancelled(exc)
                 log.warning("topics resync failed: %s", exc)
 
     # ------------------------------------------------------------ create / ensure
@@ -489,8 +503,8 @@ class TopicManager:
     async def incremental_alter_configs(
         self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool = False
     ) -> TopicInfo:
-        """IncrementalAlterConfigs: ``ops`` are (config name, AlterOp, value)."""
-        apply_incremental({}, [(n, AlterOp.DELETE, None) for n, _op, _v in ops], self._config)
+        """IncrementalAlterConfigs: ``ops`` are (config name, ``AlterOp``, value); APPEND
+        and SUBTRACT work on list configs only (else INVALID_CONFIG)."""
 
         def change(info: TopicInfo) -> TopicInfo:
             configs = apply_incremental(info.configs, ops, self._config)

@@ -153,7 +153,10 @@ def _run_spark(
     acc_units = sc.accumulator(0)
 
     def task(unit: WorkUnit) -> UnitResult:
-        res = run_unit(spec_b.value, unit)
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        res = run_unit(spec_b.value, unit, ctx.attemptNumber() if ctx else 0)
         acc_records.add(res.records)
         acc_bytes.add(res.segment_bytes)
         acc_units.add(1)

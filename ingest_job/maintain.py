@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io.pyarrow import _parquet_files_to_data_files
+from pyiceberg.io.pyarrow import parquet_files_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
@@ -98,7 +98,7 @@ def compact_table(tbl: Table, target: int) -> str:
             with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
                 for f in old:
                     ow.delete_data_file(f)
-                for df in _parquet_files_to_data_files(tx.table_metadata, new_paths, tbl.io):
+                for df in parquet_files_to_data_files(tbl.io, tx.table_metadata, iter(new_paths)):
                     ow.append_data_file(df)
     except CommitFailedException as exc:
         cat.delete_files(tbl.io, new_paths)

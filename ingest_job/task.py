@@ -130,9 +130,10 @@ def write_parquet(io: FileIO, path: str, tbl: pa.Table) -> int:
 class _Writer:
     """Writes one unit's output files, numbering them."""
 
-    def __init__(self, spec: TaskSpec, unit: WorkUnit) -> None:
+    def __init__(self, spec: TaskSpec, unit: WorkUnit, attempt: int) -> None:
         self.spec = spec
         self.unit = unit
+        self.attempt = attempt
         self.io = load_file_io(dict(spec.io_properties))
         self.files: list[WrittenFile] = []
 
@@ -146,7 +147,7 @@ class _Writer:
             n = len(self.files)
             path = (
                 f"{dest.location}/data/{pdir}kafscale-{self.spec.run_id}-"
-                f"u{self.unit.unit_id:05d}-{n:03d}.parquet"
+                f"u{self.unit.unit_id:05d}-a{self.attempt}-{n:03d}.parquet"
             )
             size = write_parquet(self.io, path, part)
             self.files.append(WrittenFile(table, path, part.num_rows, size, fields))
@@ -183,12 +184,16 @@ def _json_tables(
     return good, _dead_letter_rows(raw, js), js
 
 
-def run_unit(spec: TaskSpec, unit: WorkUnit) -> UnitResult:
-    """Decode one unit and write its files; returns what the driver needs to commit."""
+def run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int = 0) -> UnitResult:
+    """Decode one unit and write its files; returns what the driver needs to commit.
+
+    ``attempt`` (Spark's task attempt number) keeps retried or speculative attempts of the
+    same unit from writing the same paths.
+    """
     cols = read_unit(spec.store_url, unit)
     raw = pa.Table.from_batches([cols.to_arrow()])
     base = spec.table or table_name_for(unit.topic)
-    writer = _Writer(spec, unit)
+    writer = _Writer(spec, unit, attempt)
     tp = (unit.topic, unit.partition)
     dead_count = 0
     conflicts: list[str] = []

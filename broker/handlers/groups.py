@@ -49,7 +49,6 @@ _Described = DescribeGroupsResponse.DescribedGroup
 _DescribedMember = _Described.DescribedGroupMember
 _Listed = ListGroupsResponse.ListedGroup
 _Deleted = DeleteGroupsResponse.DeletableGroupResult
-_NO_AUTH_OPS = -2147483648
 
 
 def group_error(ctx: RequestContext, group_id: str) -> ErrorCode | None:
@@ -232,7 +231,7 @@ async def _describe(ctx: RequestContext, group_id: str) -> Any:
             protocol_type="",
             protocol_data="",
             members=[],
-            authorized_operations=_NO_AUTH_OPS,
+            authorized_operations=None,
         )
     d = await coordinator(ctx).describe_group(group_id)
     members = [
@@ -253,7 +252,7 @@ async def _describe(ctx: RequestContext, group_id: str) -> Any:
         protocol_type=d.protocol_type,
         protocol_data=d.protocol_name,
         members=members,
-        authorized_operations=_NO_AUTH_OPS,
+        authorized_operations=None,
     )
 
 

@@ -17,7 +17,7 @@ from broker.topic_configs import ConfigSource, ResourceType
 from broker.topics import TopicInfo, TopicManager
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.local_store import LocalStore
-from tests.fixtures.etcd import etcd_url  # noqa: F401 - fixture
+from tests.fixtures.etcd import etcd_url, start_etcd  # noqa: F401 - fixture
 
 WAIT = 5.0
 
@@ -433,3 +433,25 @@ async def test_ensure_without_auto_create(env: Env) -> None:
     assert await env.meta.get("/topics/nope") is None
     made = await tm.create("made", 1)
     assert await tm.ensure("made") == made
+
+
+@pytest.mark.integration
+async def test_watch_resyncs_after_an_etcd_restart(tmp_path: Path) -> None:
+    etcd = start_etcd(tmp_path)
+    metas = [open_meta(etcd.url), open_meta(etcd.url)]
+    writer = TopicManager(metas[0], BrokerConfig())  # not started: only writes
+    watcher = TopicManager(metas[1], BrokerConfig())
+    try:
+        await watcher.start()
+        await writer.create("before", 1)
+        await _until(watcher, lambda: watcher.get("before") is not None)
+        etcd.stop()
+        etcd = start_etcd(tmp_path, etcd.client_port, etcd.peer_port)
+        after = await writer.create("after", 2)
+        await writer.delete("before")
+        await _until(watcher, lambda: watcher.get("after") == after and not watcher.get("before"))
+    finally:
+        await watcher.stop()
+        for m in metas:
+            await m.close()
+        etcd.stop()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Idempotent set-up: a virtualenv in .venv with the locked dependencies and the project.
+# Usage: scripts/setup.sh [--test]   (--test adds the system packages the tests start:
+# etcd, kcat, Java for Spark, Node for kafkajs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if [ "${1:-}" = "--test" ]; then
+  need=()
+  command -v etcd >/dev/null || need+=(etcd-server)
+  command -v etcdctl >/dev/null || need+=(etcd-client)
+  command -v kcat >/dev/null || need+=(kcat)
+  command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+  command -v node >/dev/null || need+=(nodejs)
+  command -v npm >/dev/null || need+=(npm)
+  if [ ${#need[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "installing system packages: ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.kafscale-lock-$(sha256sum requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.lock
+  .venv/bin/python -m pip install -q --no-deps -e .
+  rm -f .venv/.kafscale-lock-* && touch "$stamp"
+fi
+
+if [ "${1:-}" = "--test" ] && [ -f tests/integration/js/package.json ]; then
+  (cd tests/integration/js && { [ -d node_modules ] || npm ci --silent --no-audit --no-fund; })
+fi
