@@ -81,7 +81,6 @@ class LogManager:
         self._timer: asyncio.TimerHandle | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()
-        self.pending_bytes = 0  # broker-wide bytes appended, not yet committed
         self.stats = {"flush_cycles": 0, "segments": 0, "segment_bytes": 0, "txns": 0}
 
     async def start(self) -> None:
@@ -102,6 +101,11 @@ class LogManager:
         for lg in list(self.logs.values()):
             await self._release_key(lg)
         self.logs.clear()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes appended on this broker and not yet committed."""
+        return sum(lg.pending_bytes for lg in self.logs.values())
 
     # -- ownership ----------------------------------------------------------------------
     def local(self, topic: str, partition: int) -> PartitionLog | None:
@@ -259,7 +263,7 @@ class LogManager:
 
     async def _hand_off(self, lg: PartitionLog) -> None:
         lg.state = RELEASING
-        await self.flush_all()
+        await self.flush([lg])
         await self._release_key(lg)
         self.logs.pop((lg.topic, lg.partition), None)
         lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -286,7 +290,6 @@ class LogManager:
     # -- write path ---------------------------------------------------------------------
     def appended(self, lg: PartitionLog, nbytes: int) -> None:
         """Tell the flusher ``lg`` has new data (called after PartitionLog.append)."""
-        self.pending_bytes += nbytes
         self._dirty.add(lg)
         if lg.pending_bytes >= self.config.flush_bytes:
             self._wake.set()
@@ -300,13 +303,19 @@ class LogManager:
         self._wake.set()
 
     async def flush_all(self) -> None:
-        """Run flush cycles until nothing is buffered (used on hand-off and shutdown)."""
-        while any(lg.pending for lg in self.logs.values()) or any(
-            lg.flushing is not None for lg in self.logs.values()
-        ):
+        """Flush every owned partition (shutdown)."""
+        await self.flush(list(self.logs.values()))
+
+    async def flush(self, logs: list[PartitionLog]) -> None:
+        """Run flush cycles until ``logs`` have nothing buffered or in flight (hand-off,
+        shutdown). Appends to them must already be stopped (state RELEASING)."""
+        while True:
+            waits: list[asyncio.Future[None]] = [lg.pending[-1].future for lg in logs if lg.pending]
+            waits += [lg.flushing for lg in logs if lg.flushing is not None]
+            if not waits:
+                return
+            self._dirty.update(lg for lg in logs if lg.pending)
             self._wake.set()
-            waits = [lg.pending[-1].future for lg in self.logs.values() if lg.pending]
-            waits += [lg.flushing for lg in self.logs.values() if lg.flushing is not None]
             await asyncio.wait(waits)
 
     async def _flush_loop(self) -> None:
@@ -358,8 +367,7 @@ class LogManager:
                 await self._commit(done[i : i + per_txn])
             self.stats["flush_cycles"] += 1
         finally:
-            for lg, pend in jobs:
-                self.pending_bytes -= sum(len(p.view) for p in pend)
+            for lg, _pend in jobs:
                 fut, lg.flushing = lg.flushing, None
                 if fut is not None and not fut.done():
                     fut.set_result(None)

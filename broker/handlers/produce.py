@@ -154,8 +154,17 @@ async def handle(ctx: RequestContext, request: ProduceRequestData) -> Any:
             outs = [await _partition(ctx, t.name, info, err, p) for p in t.partitions]
             results.append((t.name, outs))
     if request.acks == 0:
-        return None
+        return _silently(results)
     return _respond(version, results, request.timeout_ms)
+
+
+async def _silently(results: list[tuple[str, list[_Outcome]]]) -> None:
+    """acks=0: no response, but the request's bytes stay counted against the
+    connection's in-flight limit until its batches are committed (or failed)."""
+    waits = [w for _, outs in results for o in outs for w in (o.waits or ())]
+    if waits:
+        await asyncio.wait(waits)
+    return None
 
 
 async def _respond(version: int, results: list[tuple[str, list[_Outcome]]], timeout_ms: int) -> Any:

@@ -11,6 +11,8 @@ aetcd has no background lease keep-alive: callers refresh leases themselves.
 
 from __future__ import annotations
 
+import asyncio
+
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -149,6 +151,15 @@ class EtcdStore:
                         continue
                     raise MetaStoreError(f"etcd unavailable: {details}") from exc
                 raise MetaStoreError(f"etcd {code.name}: {details}") from exc
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # our caller is being cancelled
+                # the shared channel was closed under this call (another call dropped it
+                # after a connection error): a connection failure, not a cancellation
+                if attempt + 1 < attempts:
+                    continue
+                raise MetaStoreError("etcd channel closed during the call") from None
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------- KV

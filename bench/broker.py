@@ -1,0 +1,420 @@
+"""Data-plane benchmark: this broker (local store, SeaweedFS S3) versus librdkafka's mock.
+
+Run ``python -m bench.broker [--quick]`` from the repository root (``--help`` for more).
+For every target it measures, with confluent-kafka and 1 KiB values, acks=all:
+
+- produce throughput (MB/s, msg/s) and per-message delivery-report latency (p50/p99),
+  without and with idempotence (the Java client's default), at full speed;
+- produce latency at a fixed, moderate rate (idempotent), where queueing does not dominate;
+- consume throughput (MB/s, msg/s) from the beginning of the produced data;
+- for the broker targets: the broker's RSS (``/proc/PID/status``) sampled through the
+  whole run, against its configured buffer limits (broker in-flight bytes + cache bytes),
+  and the peaks of its ``/metrics`` gauges.
+
+Each producer and consumer runs in its own process (``python -m bench.broker worker
+SPEC``) so the clients never share a GIL with each other or with the orchestrator. The
+mock cluster lives in a producer of a separate host process (``test.mock.num.brokers``);
+its bootstrap address is read from that client's metadata and the load workers connect
+to it exactly as they connect to the broker. MB means 10^6 bytes of message values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MSG_SIZE = 1024
+MB = 1_000_000
+MIB = 1 << 20
+WORKER_TIMEOUT = 300.0
+TARGETS = ("local", "s3", "mock")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    messages: int  # per full-speed run (produce, idempotent produce, consume)
+    paced_rate: int  # msg/s of the paced latency run
+    paced_seconds: float
+    partitions: int
+
+
+QUICK = Plan(messages=60_000, paced_rate=2_000, paced_seconds=3.0, partitions=1)
+FULL = Plan(messages=300_000, paced_rate=2_000, paced_seconds=8.0, partitions=1)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLimits:
+    cache_bytes: int = 64 * MIB
+    broker_inflight_bytes: int = 64 * MIB
+    connection_inflight_bytes: int = 32 * MIB
+
+    def args(self) -> list[str]:
+        return [
+            "--cache-bytes", str(self.cache_bytes),
+            "--broker-inflight-bytes", str(self.broker_inflight_bytes),
+            "--connection-inflight-bytes", str(self.connection_inflight_bytes),
+        ]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ workers
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _produce(spec: dict[str, Any]) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            latencies.append(msg.latency() or 0.0)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": spec["bootstrap"],
+            "acks": "all",
+            "enable.idempotence": bool(spec["idempotence"]),
+            "linger.ms": 5,
+            "message.timeout.ms": int(WORKER_TIMEOUT * 1000),
+            "log_level": 3,
+        }
+    )
+    topic, count, rate = spec["topic"], int(spec["messages"]), float(spec.get("rate", 0))
+    producer.list_topics(topic, timeout=30)  # connect and learn the leader first
+    payload = os.urandom(int(spec["size"]))
+    start = time.perf_counter()
+    for i in range(count):
+        if rate:
+            while (wait := start + i / rate - time.perf_counter()) > 0:
+                producer.poll(wait)
+        while True:
+            try:
+                producer.produce(topic, payload, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if not i & 255:
+            producer.poll(0)
+    unsent = producer.flush(WORKER_TIMEOUT)
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "messages": len(latencies),
+        "bytes": len(latencies) * len(payload),
+        "seconds": elapsed,
+        "errors": len(errors) + unsent,
+        "first_error": errors[0] if errors else None,
+        "p50_ms": _percentile(latencies, 0.50) * 1000,
+        "p99_ms": _percentile(latencies, 0.99) * 1000,
+    }
+
+
+def _consume(spec: dict[str, Any]) -> dict[str, Any]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": spec["bootstrap"],
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        }
+    )
+    topic, count = spec["topic"], int(spec["messages"])
+    consumer.assign(
+        [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(int(spec["partitions"]))]
+    )
+    got = nbytes = errors = 0
+    start = time.perf_counter()
+    deadline = start + WORKER_TIMEOUT
+    first_at, first_n, first_b = 0.0, 0, 0
+    while got < count and time.perf_counter() < deadline:
+        for m in consumer.consume(10_000, 1.0):
+            if m.error() is not None:
+                errors += 1
+                continue
+            got += 1
+            nbytes += len(m.value())
+        if got and not first_at:  # steady state is timed from the first batch on
+            first_at, first_n, first_b = time.perf_counter(), got, nbytes
+    end = time.perf_counter()
+    consumer.close()
+    return {
+        "messages": got,
+        "bytes": nbytes,
+        "seconds": end - start,
+        "steady_messages": got - first_n,
+        "steady_bytes": nbytes - first_b,
+        "steady_seconds": end - first_at if first_at else 0.0,
+        "errors": errors,
+    }
+
+
+def _host_mock() -> None:
+    """Hold a librdkafka mock cluster; print its bootstrap; live until stdin closes."""
+    from confluent_kafka import Producer
+
+    holder = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    brokers = holder.list_topics(timeout=30).brokers
+    b = next(iter(brokers.values()))
+    print(json.dumps({"bootstrap": f"{b.host}:{b.port}"}), flush=True)
+    sys.stdin.read()
+
+
+def worker_main(spec: dict[str, Any]) -> int:
+    kind = spec["kind"]
+    if kind == "mock":
+        _host_mock()
+        return 0
+    result = _produce(spec) if kind == "produce" else _consume(spec)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.broker", "worker", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {spec['kind']} failed:\n{proc.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+@dataclass
+class Target:
+    name: str
+    bootstrap: str
+    pid: int | None = None  # the broker process (RSS sampling, profiling)
+    metrics_url: str | None = None
+    limit_bytes: int = 0  # broker in-flight + cache bytes
+
+
+@dataclass
+class Sampler:
+    """Samples a process's RSS (every 0.1 s) and the broker's /metrics (every 0.5 s)."""
+
+    pid: int
+    metrics_url: str | None
+    baseline_rss: int = 0
+    max_rss: int = 0
+    peaks: dict[str, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Sampler:
+        self.baseline_rss = _status_bytes(self.pid, "VmRSS")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def hwm(self) -> int:
+        return _status_bytes(self.pid, "VmHWM")
+
+    def _run(self) -> None:
+        tick = 0
+        while not self._stop.wait(0.1):
+            self.max_rss = max(self.max_rss, _status_bytes(self.pid, "VmRSS"))
+            tick += 1
+            if self.metrics_url and tick % 5 == 0:
+                for name, value in _scrape(self.metrics_url).items():
+                    self.peaks[name] = max(self.peaks.get(name, 0.0), value)
+
+
+def _status_bytes(pid: int, field_name: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+GAUGES = ("kafscale_inflight_bytes", "kafscale_pending_bytes", "kafscale_segment_cache_bytes")
+
+
+def _scrape(url: str) -> dict[str, float]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in GAUGES:
+            out[name] = float(value)
+    return out
+
+
+@contextlib.contextmanager
+def broker_target(
+    name: str, workdir: Path, store_url: str | None, limits: BrokerLimits, extra: list[str]
+) -> Iterator[Target]:
+    from tests.fixtures.broker import free_port, start_broker
+
+    http = free_port()
+    args = ["--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args(), *extra]
+    broker = start_broker(workdir, store_url=store_url, extra_args=tuple(args))
+    try:
+        yield Target(
+            name,
+            broker.bootstrap,
+            broker.pid,
+            f"http://127.0.0.1:{http}/metrics",
+            limits.broker_inflight_bytes + limits.cache_bytes,
+        )
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def s3_target(workdir: Path, limits: BrokerLimits, extra: list[str]) -> Iterator[Target]:
+    from tests.fixtures.s3 import create_bucket, run_seaweedfs
+
+    with run_seaweedfs() as endpoint:
+        bucket = create_bucket(endpoint)
+        url = endpoint.store_url(bucket, "bench")
+        with broker_target("s3", workdir, url, limits, extra) as target:
+            yield target
+
+
+@contextlib.contextmanager
+def mock_target() -> Iterator[Target]:
+    spec = json.dumps({"kind": "mock"})
+    cmd = [sys.executable, "-m", "bench.broker", "worker", spec]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("mock cluster host exited at start")
+        yield Target("mock", json.loads(line)["bootstrap"], proc.pid)
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+# ------------------------------------------------------------------------------ running
+
+
+@contextlib.contextmanager
+def profiled(target: Target, phase: str, outdir: Path | None) -> Iterator[None]:
+    """With ``outdir``, record the broker with py-spy (collapsed stacks) during a phase."""
+    if outdir is None or target.pid is None or target.name == "mock":
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out = outdir / f"{target.name}-{phase}.txt"
+    cmd = [spy, "record", "--pid", str(target.pid), "--rate", "200", "--format", "raw",
+           "--output", str(out), "--nonblocking"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # let py-spy attach before the load starts
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    for fut in futures.values():
+        fut.result(30)
+
+
+def run_target(target: Target, plan: Plan, spy_dir: Path | None) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:6]
+    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced")}
+    create_topics(target.bootstrap, list(topics.values()), plan.partitions)
+    base = {"bootstrap": target.bootstrap, "size": MSG_SIZE}
+    sampler = Sampler(target.pid, target.metrics_url).start() if target.pid else None
+    results: dict[str, Any] = {}
+    try:
+        phases: list[tuple[str, dict[str, Any]]] = [
+            ("produce", {"kind": "produce", "topic": topics["produce"],
+                         "messages": plan.messages, "idempotence": False}),
+            ("produce_idem", {"kind": "produce", "topic": topics["idem"],
+                              "messages": plan.messages, "idempotence": True}),
+            ("paced", {"kind": "produce", "topic": topics["paced"], "idempotence": True,
+                       "messages": int(plan.paced_rate * plan.paced_seconds),
+                       "rate": plan.paced_rate}),
+            ("consume", {"kind": "consume", "topic": topics["produce"],
+                         "messages": plan.messages, "partitions": plan.partitions}),
+        ]  # fmt: skip
+        for phase, spec in phases:
+            with profiled(target, phase, spy_dir):
+                results[phase] = run_worker({**base, **spec})
+            print(f"  {target.name:<6} {phase:<13} {_brief(results[phase])}", flush=True)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    if sampler is not None:
+        results["memory"] = {
+            "baseline_rss": sampler.baseline_rss,
+            "max_rss": max(sampler.max_rss, sampler.baseline_rss),
+            "hwm_rss": sampler.hwm(),
+            "limit_bytes": target.limit_bytes,
+            "peaks": sampler.peaks,
+        }
+    return results
+
+
+def _rate(res: dict[str, Any], steady: bool = False) -> tuple[float, float]:
+    prefix = "steady_" if steady and res.get("steady_seconds") else ""
+    secs = res[prefix + "seconds"] or math.nan
+    return res[prefix + "bytes"] / secs / MB, res[prefix + "messages"] / secs
+
+
+def _brief(res: dict[str, Any]) -> str:
+    mbs, msgs = _rate(res, steady=True)
+    text = f"{mbs:8.1f} MB/s {msgs:10.0f} msg/s  ({res['messages']} msgs, {res['errors']} errors)"
+    if "p50_ms" in res:
+        text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
+    return text

@@ -1,0 +1,423 @@
+"""confluent-kafka (librdkafka) against real ``kafscale broker`` processes over TCP.
+
+Most tests share one session broker (embedded metadata, local store) and use their own
+topics; the restart tests get a broker of their own, ``kill -9`` it and start it again on
+the same port and data directory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.broker import BrokerProcess, start_broker
+from tests.integration.conftest import CODECS, TIMEOUT, create_topic, payload, unique_topic
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True, slots=True)
+class Rec:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def producer(bootstrap: str, **conf: Any) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, **conf})
+
+
+def produce_acked(p: Any, topic: str, items: list[dict[str, Any]]) -> list[Ack]:
+    """Produce every item, flush, and return the delivery reports (asserting none failed)."""
+    acks: list[Ack] = []
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acks.append(Ack(msg.partition(), msg.offset(), msg.key(), msg.value()))
+
+    for item in items:
+        p.produce(topic, on_delivery=on_delivery, **item)
+        p.poll(0)
+    assert p.flush(TIMEOUT) == 0
+    assert errors == []
+    assert len(acks) == len(items)
+    return acks
+
+
+def consumer(bootstrap: str, **conf: Any) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "client-tests",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
+
+
+def _rec(m: Any) -> Rec:
+    return Rec(
+        m.partition(),
+        m.offset(),
+        m.key(),
+        m.value(),
+        tuple(m.headers() or ()),
+        m.timestamp()[1],
+    )
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    starts: dict[int, int],
+    count: int,
+    timeout: float = TIMEOUT,
+    **conf: Any,
+) -> list[Rec]:
+    """Assign ``{partition: start offset}`` and read exactly ``count`` records (or fail)."""
+    from confluent_kafka import TopicPartition
+
+    c = consumer(bootstrap, **conf)
+    try:
+        c.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        out: list[Rec] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            for m in c.consume(num_messages=count - len(out), timeout=0.5):
+                assert m.error() is None, m.error()
+                out.append(_rec(m))
+        assert len(out) == count, f"got {len(out)} of {count} records"
+        # nothing more than expected arrives
+        extra = [m for m in c.consume(num_messages=10, timeout=0.3) if m.error() is None]
+        assert extra == [], f"unexpected extra records: {[_rec(m) for m in extra]}"
+        return out
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_roundtrip_keys_values_headers_nulls(shared_broker: BrokerProcess, codec: str) -> None:
+    topic = unique_topic(f"cf-rt-{codec}")
+    base_ts = 1_700_000_000_000
+    items: list[dict[str, Any]] = [
+        {"key": b"k0", "value": b"plain", "headers": [("h1", b"a"), ("h2", b"")]},
+        {"key": None, "value": b"null-key", "timestamp": base_ts},
+        {"key": b"tombstone", "value": None, "headers": [("dup", b"1"), ("dup", b"2")]},
+        {"key": None, "value": None, "headers": [("nullhdr", None)]},
+        {"key": b"\x00\xff" * 10, "value": bytes(range(256)) * 40, "timestamp": base_ts + 7},
+    ]
+    items += [{"key": f"k{i}".encode(), "value": payload(i, 300)} for i in range(200)]
+    p = producer(shared_broker.bootstrap, **{"compression.type": codec, "linger.ms": 20})
+    t_before = int(time.time() * 1000)
+    acks = produce_acked(p, topic, items)
+    assert sorted(a.offset for a in acks) == list(range(len(items)))
+
+    got = consume(shared_broker.bootstrap, topic, {0: 0}, len(items))
+    assert [r.offset for r in got] == list(range(len(items)))
+    for r, item in zip(got, items, strict=True):
+        assert (r.key, r.value) == (item.get("key"), item.get("value"))
+        assert list(r.headers) == list(item.get("headers", []))
+        if "timestamp" in item:
+            assert r.timestamp == item["timestamp"]
+        else:
+            assert t_before - 1000 <= r.timestamp <= int(time.time() * 1000) + 1000
+
+
+def test_keyed_partitioning_16_partitions(shared_broker: BrokerProcess) -> None:
+    topic = unique_topic("cf-keyed")
+    create_topic(shared_broker.bootstrap, topic, 16)
+    keys = [f"user-{k}".encode() for k in range(64)]
+    items = [{"key": keys[i % 64], "value": f"{i}".encode()} for i in range(64 * 15)]
+    p = producer(shared_broker.bootstrap, **{"compression.type": "lz4", "linger.ms": 10})
+    acks = produce_acked(p, topic, items)
+    ack_part = {a.value: a.partition for a in acks}
+    ends = {part: 0 for part in range(16)}
+    for a in acks:
+        ends[a.partition] = max(ends[a.partition], a.offset + 1)
+    assert len([e for e in ends.values() if e]) >= 12  # 64 keys spread over the partitions
+
+    got = consume(shared_broker.bootstrap, topic, {part: 0 for part in range(16)}, len(items))
+    key_part: dict[bytes, int] = {}
+    last_seq: dict[bytes, int] = {}
+    for r in got:
+        assert r.key is not None and r.value is not None
+        assert key_part.setdefault(r.key, r.partition) == r.partition
+        assert ack_part[r.value] == r.partition
+        seq = int(r.value)
+        assert seq > last_seq.get(r.key, -1), "per-key order broken"
+        last_seq[r.key] = seq
+    per_part: dict[int, list[int]] = {}
+    for r in got:
+        per_part.setdefault(r.partition, []).append(r.offset)
+    for part, offs in per_part.items():
+        assert offs == list(range(ends[part])), part
+    assert len(key_part) == 64
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_large_messages_and_batches(shared_broker: BrokerProcess, codec: str) -> None:
+    topic = unique_topic(f"cf-large-{codec}")
+    big = [payload(i, 1_500_000 + i) for i in range(3)]
+    small = [payload(100 + i, 8_000) for i in range(300)]  # one ~2.4 MiB batch
+    conf = {
+        "compression.type": codec,
+        "message.max.bytes": 8_000_000,
+        "batch.size": 8_000_000,
+        "linger.ms": 200,
+    }
+    p = producer(shared_broker.bootstrap, **conf)
+    acks = produce_acked(p, topic, [{"value": v} for v in big])
+    acks += produce_acked(p, topic, [{"key": b"s", "value": v} for v in small])
+    assert sorted(a.offset for a in acks) == list(range(303))
+    got = consume(
+        shared_broker.bootstrap, topic, {0: 0}, 303, **{"fetch.message.max.bytes": 1_000_000}
+    )
+    assert [r.value for r in got] == big + small
+    assert [r.offset for r in got] == list(range(303))
+
+
+def test_list_offsets_and_offsets_for_times(shared_broker: BrokerProcess) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    topic = unique_topic("cf-offsets")
+    create_topic(shared_broker.bootstrap, topic, 2)
+    base = 1_600_000_000_000
+    p = producer(shared_broker.bootstrap, **{"linger.ms": 5})
+    # 20 records on partition 0 with timestamps base, base+1000, ...; batches of 5
+    for chunk in range(4):
+        items = [
+            {"partition": 0, "value": b"x", "timestamp": base + 1000 * i}
+            for i in range(chunk * 5, chunk * 5 + 5)
+        ]
+        produce_acked(p, topic, items)
+    c = consumer(shared_broker.bootstrap)
+    try:
+        assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT) == (0, 20)
+        assert c.get_watermark_offsets(TopicPartition(topic, 1), timeout=TIMEOUT) == (0, 0)
+        queries = [
+            TopicPartition(topic, 0, base - 1),
+            TopicPartition(topic, 0, base + 5500),  # between records 5 and 6
+            TopicPartition(topic, 0, base + 12_000),  # exactly record 12, mid-batch
+            TopicPartition(topic, 0, base + 99_000),  # after the last
+            TopicPartition(topic, 1, base),  # empty partition
+        ]
+        res = []
+        for q in queries:
+            (tp,) = c.offsets_for_times([q], timeout=TIMEOUT)
+            assert tp.error is None
+            res.append(tp.offset)
+        assert res == [0, 6, 12, -1, -1]
+    finally:
+        c.close()
+
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    tp0 = TopicPartition(topic, 0)
+    for spec, want in [
+        (OffsetSpec.earliest(), 0),
+        (OffsetSpec.latest(), 20),
+        (OffsetSpec.max_timestamp(), 19),
+        (OffsetSpec.for_timestamp(base + 3000), 3),
+    ]:
+        (fut,) = admin.list_offsets({tp0: spec}, request_timeout=TIMEOUT).values()
+        assert fut.result(timeout=TIMEOUT).offset == want
+
+
+def test_seek_into_middle_of_batch(shared_broker: BrokerProcess) -> None:
+    from confluent_kafka import TopicPartition
+
+    topic = unique_topic("cf-seek")
+    p = producer(shared_broker.bootstrap, **{"linger.ms": 200, "compression.type": "snappy"})
+    produce_acked(p, topic, [{"value": f"m{i}".encode()} for i in range(10)])  # one batch
+    got = consume(shared_broker.bootstrap, topic, {0: 5}, 5)
+    assert [(r.offset, r.value) for r in got] == [(i, f"m{i}".encode()) for i in range(5, 10)]
+
+    c = consumer(shared_broker.bootstrap)
+    try:
+        c.assign([TopicPartition(topic, 0, 8)])
+        m = c.poll(TIMEOUT)
+        assert m is not None and m.error() is None and m.offset() == 8
+        c.seek(TopicPartition(topic, 0, 3))
+        m = c.poll(TIMEOUT)
+        assert m is not None and m.error() is None and (m.offset(), m.value()) == (3, b"m3")
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest", "error"])
+def test_offset_out_of_range_reset(shared_broker: BrokerProcess, reset: str) -> None:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    topic = unique_topic(f"cf-oor-{reset}")
+    p = producer(shared_broker.bootstrap)
+    produce_acked(p, topic, [{"value": f"old{i}".encode()} for i in range(5)])
+    c = consumer(shared_broker.bootstrap, **{"auto.offset.reset": reset})
+    try:
+        c.assign([TopicPartition(topic, 0, 1000)])
+        if reset == "earliest":
+            m = c.poll(TIMEOUT)
+            assert m is not None and m.error() is None and (m.offset(), m.value()) == (0, b"old0")
+        elif reset == "latest":
+            assert c.poll(1.5) is None  # reset to the end: the old records are skipped
+            produce_acked(p, topic, [{"value": b"new"}])
+            m = c.poll(TIMEOUT)
+            assert m is not None and m.error() is None and (m.offset(), m.value()) == (5, b"new")
+        else:
+            m = c.poll(TIMEOUT)
+            assert m is not None and m.error() is not None
+            assert m.error().code() == KafkaError._AUTO_OFFSET_RESET
+    finally:
+        c.close()
+
+
+def test_idempotent_producer_exact_count(shared_broker: BrokerProcess) -> None:
+    topic = unique_topic("cf-idem")
+    create_topic(shared_broker.bootstrap, topic, 4)
+    p = producer(
+        shared_broker.bootstrap,
+        **{"enable.idempotence": True, "linger.ms": 2, "max.in.flight": 5, "batch.size": 20_000},
+    )
+    n = 5000
+    acks = produce_acked(p, topic, [{"key": f"{i % 97}".encode(), "value": b"%d" % i} for i in range(n)])
+    ends = {part: 1 + max(a.offset for a in acks if a.partition == part) for part in range(4)}
+    assert sum(ends.values()) == n
+    got = consume(shared_broker.bootstrap, topic, {part: 0 for part in range(4)}, n)
+    assert sorted(int(r.value or b"") for r in got) == list(range(n))
+    assert {(a.partition, a.offset, a.value) for a in acks} == {
+        (r.partition, r.offset, r.value) for r in got
+    }
+
+
+def _produce_through_kill9(b: BrokerProcess, topic: str, n: int) -> tuple[list[Ack], list[Any]]:
+    """Produce ``n`` records idempotently; kill -9 the broker midway and start it again."""
+    p = producer(
+        b.bootstrap,
+        **{
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.num.messages": 50,
+            "message.timeout.ms": 60_000,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+        },
+    )
+    acks: list[Ack] = []
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acks.append(Ack(msg.partition(), msg.offset(), msg.key(), msg.value()))
+
+    for i in range(n):
+        p.produce(topic, key=f"k{i % 13}".encode(), value=b"%d" % i, on_delivery=on_delivery)
+        p.poll(0)
+        if i == n // 2:
+            while len(acks) < n // 4:  # some acknowledged before the crash
+                p.poll(0.05)
+            b.kill9()  # requests are in flight: their outcome is unknown to the producer
+        if i == n // 2 + n // 10:
+            b.start()
+        if i % 200 == 0:
+            p.poll(0.01)
+    assert p.flush(90) == 0
+    return acks, errors
+
+
+def test_idempotent_producer_survives_broker_kill9(tmp_path: Path) -> None:
+    b = start_broker(tmp_path / "b", extra_args=("--default-partitions", "3"))
+    try:
+        topic = unique_topic("cf-idem-kill")
+        n = 3000
+        acks, errors = _produce_through_kill9(b, topic, n)
+        assert errors == []
+        assert len(acks) == n
+        assert b.starts == 2
+        ends = {part: 1 + max(a.offset for a in acks if a.partition == part) for part in range(3)}
+        assert sum(ends.values()) == n, "gaps or duplicates in the acknowledged offsets"
+        got = consume(b.bootstrap, topic, {part: 0 for part in range(3)}, n)
+        assert {(a.partition, a.offset, a.key, a.value) for a in acks} == {
+            (r.partition, r.offset, r.key, r.value) for r in got
+        }
+        # order per key (one partition per key) is the produce order
+        last: dict[bytes | None, int] = {}
+        for r in sorted(got, key=lambda r: (r.partition, r.offset)):
+            v = int(r.value or b"")
+            assert v > last.get(r.key, -1)
+            last[r.key] = v
+    finally:
+        b.stop()
+
+
+def test_restart_recovery_after_kill9(tmp_path: Path) -> None:
+    b = start_broker(tmp_path / "b", extra_args=("--default-partitions", "3"))
+    try:
+        topic = unique_topic("cf-recover")
+        p = producer(b.bootstrap, **{"acks": "all", "linger.ms": 5, "compression.type": "gzip"})
+        items = [{"key": f"k{i % 7}".encode(), "value": b"%d" % i} for i in range(600)]
+        acks = produce_acked(p, topic, items)
+        ends = {part: 1 + max(a.offset for a in acks if a.partition == part) for part in range(3)}
+        b.kill9()
+        b.start()
+        got = consume(b.bootstrap, topic, {part: 0 for part in range(3)}, len(items))
+        assert {(a.partition, a.offset, a.key, a.value) for a in acks} == {
+            (r.partition, r.offset, r.key, r.value) for r in got
+        }
+        p2 = producer(b.bootstrap, **{"acks": "all", "linger.ms": 5})
+        more = produce_acked(p2, topic, [{"partition": part, "value": b"after"} for part in range(3)])
+        assert sorted((a.partition, a.offset) for a in more) == sorted(ends.items())
+    finally:
+        b.stop()
+
+
+def test_metadata_auto_create_on_and_off(shared_broker: BrokerProcess, tmp_path: Path) -> None:
+    from confluent_kafka import KafkaError
+
+    name = unique_topic("cf-auto")
+    p = producer(shared_broker.bootstrap)
+    md = p.list_topics(name, timeout=TIMEOUT)  # producer metadata requests allow auto-create
+    assert md.topics[name].error is None and len(md.topics[name].partitions) == 1
+    produce_acked(p, name, [{"value": b"v"}])
+
+    off = start_broker(tmp_path / "off", extra_args=("--auto-create-topics", "false"))
+    try:
+        conf = {"message.timeout.ms": 10_000, "topic.metadata.propagation.max.ms": 1000}
+        p = producer(off.bootstrap, **conf)
+        md = p.list_topics(name, timeout=TIMEOUT)
+        assert md.topics[name].error is not None
+        assert md.topics[name].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        errors: list[Any] = []
+        p.produce(name, b"v", on_delivery=lambda err, _m: errors.append(err))
+        p.flush(TIMEOUT)
+        assert len(errors) == 1 and errors[0] is not None
+        assert errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+        assert name not in p.list_topics(timeout=TIMEOUT).topics
+        create_topic(off.bootstrap, name, 2)  # explicit creation still works
+        acks = produce_acked(producer(off.bootstrap), name, [{"partition": 1, "value": b"v"}])
+        assert [(a.partition, a.offset) for a in acks] == [(1, 0)]
+    finally:
+        off.stop()
