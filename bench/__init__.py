@@ -1,1 +1,1 @@
-"""Benchmark harnesses (not tests): ``python -m bench.broker``, ``bench.groups``, ``bench.ingest``."""
+"""Benchmark harnesses (not tests): ``python -m bench.broker``, ``bench.groups``, ...."""

@@ -104,6 +104,7 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
         }
     )
     topic, count, rate = spec["topic"], int(spec["messages"]), float(spec.get("rate", 0))
+    partitions = int(spec["partitions"])
     producer.list_topics(topic, timeout=30)  # connect and learn the leader first
     payload = os.urandom(int(spec["size"]))
     start = time.perf_counter()
@@ -113,7 +114,7 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
                 producer.poll(wait)
         while True:
             try:
-                producer.produce(topic, payload, on_delivery=delivered)
+                producer.produce(topic, payload, partition=i % partitions, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -361,6 +362,8 @@ def profiled(target: Target, phase: str, outdir: Path | None) -> Iterator[None]:
 
 
 def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """CreateTopics on the broker. (The mock cluster has no controller to answer it; it
+    auto-creates topics with 4 partitions, of which the workers use ``partitions``.)"""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
@@ -372,8 +375,9 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
 def run_target(target: Target, plan: Plan, spy_dir: Path | None) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
     topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced")}
-    create_topics(target.bootstrap, list(topics.values()), plan.partitions)
-    base = {"bootstrap": target.bootstrap, "size": MSG_SIZE}
+    if target.name != "mock":
+        create_topics(target.bootstrap, list(topics.values()), plan.partitions)
+    base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions}
     sampler = Sampler(target.pid, target.metrics_url).start() if target.pid else None
     results: dict[str, Any] = {}
     try:
@@ -386,7 +390,7 @@ def run_target(target: Target, plan: Plan, spy_dir: Path | None) -> dict[str, An
                        "messages": int(plan.paced_rate * plan.paced_seconds),
                        "rate": plan.paced_rate}),
             ("consume", {"kind": "consume", "topic": topics["produce"],
-                         "messages": plan.messages, "partitions": plan.partitions}),
+                         "messages": plan.messages}),
         ]  # fmt: skip
         for phase, spec in phases:
             with profiled(target, phase, spy_dir):
@@ -418,3 +422,167 @@ def _brief(res: dict[str, Any]) -> str:
     if "p50_ms" in res:
         text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
     return text
+
+
+# ------------------------------------------------------------------------------ report
+
+ROWS: list[tuple[str, str, str]] = [
+    # label, phase, metric
+    ("produce MB/s (acks=all)", "produce", "mbs"),
+    ("produce msg/s", "produce", "msgs"),
+    ("produce p50 ms (saturated)", "produce", "p50_ms"),
+    ("produce p99 ms (saturated)", "produce", "p99_ms"),
+    ("idempotent produce MB/s", "produce_idem", "mbs"),
+    ("idempotent produce msg/s", "produce_idem", "msgs"),
+    ("idempotent p50 ms (saturated)", "produce_idem", "p50_ms"),
+    ("idempotent p99 ms (saturated)", "produce_idem", "p99_ms"),
+    ("paced p50 ms", "paced", "p50_ms"),
+    ("paced p99 ms", "paced", "p99_ms"),
+    ("consume MB/s", "consume", "mbs"),
+    ("consume msg/s", "consume", "msgs"),
+]
+
+
+def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
+    res = results.get(phase)
+    if res is None:
+        return math.nan
+    if metric in ("mbs", "msgs"):
+        mbs, msgs = _rate(res, steady=phase == "consume")
+        return mbs if metric == "mbs" else msgs
+    return float(res[metric])
+
+
+def _fmt(v: float) -> str:
+    if math.isnan(v):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def format_table(all_results: dict[str, dict[str, Any]], plan: Plan) -> str:
+    names = [t for t in TARGETS if t in all_results]
+    brokers = [t for t in names if t != "mock"]
+    ratios = [f"{t}/mock" for t in brokers] if "mock" in names else []
+    head = ["metric", *names, *ratios]
+    rows = [head]
+    for label, phase, metric in ROWS:
+        vals = [_metric(all_results[t], phase, metric) for t in names]
+        row = [label, *(_fmt(v) for v in vals)]
+        if ratios:
+            mock = _metric(all_results["mock"], phase, metric)
+            row += [_fmt(_metric(all_results[t], phase, metric) / mock) if mock else "-"
+                    for t in brokers]  # fmt: skip
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [
+        f"{plan.messages} x {MSG_SIZE} B values per full-speed run, {plan.partitions} "
+        f"partition(s), paced run {plan.paced_rate} msg/s for {plan.paced_seconds:g} s; "
+        "MB = 10^6 B"
+    ]
+    for i, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j])
+                               for j, c in enumerate(r)))  # fmt: skip
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    for t in brokers:
+        lines.append(_memory_line(t, all_results[t].get("memory")))
+    return "\n".join(lines)
+
+
+def _memory_line(name: str, mem: dict[str, Any] | None) -> str:
+    if not mem:
+        return f"{name}: no memory samples"
+    m = {k: v / MIB for k, v in mem.items() if isinstance(v, int | float)}
+    peaks = ", ".join(f"{k.removeprefix('kafscale_')} {v / MIB:.1f}"
+                      for k, v in sorted(mem["peaks"].items()))  # fmt: skip
+    growth = m["max_rss"] - m["baseline_rss"]
+    verdict = "within" if growth <= m["limit_bytes"] else "OVER"
+    return (
+        f"{name} broker RSS MiB: baseline {m['baseline_rss']:.0f}, max sampled "
+        f"{m['max_rss']:.0f}, peak (VmHWM) {m['hwm_rss']:.0f}; growth {growth:.0f} {verdict} "
+        f"limits {m['limit_bytes']:.0f} (in-flight + cache); gauge peaks MiB: {peaks}"
+    )
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.broker", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="~1 minute run (smaller volumes)")
+    p.add_argument("--targets", default=",".join(TARGETS), help="subset of local,s3,mock")
+    p.add_argument("--messages", type=int, help="messages per full-speed run")
+    p.add_argument("--partitions", type=int, help="partitions per topic (default 1)")
+    p.add_argument("--cache-bytes", type=int, default=64 * MIB)
+    p.add_argument("--broker-inflight-bytes", type=int,
+                   default=64 * MIB)  # fmt: skip
+    p.add_argument(
+        "--broker-arg",
+        action="append",
+        default=[],
+        help="extra flag for both broker targets, e.g. --broker-arg=--flush-bytes=N",
+    )
+    p.add_argument("--local-arg", action="append", default=[], help="extra flag, local only")
+    p.add_argument("--s3-arg", action="append", default=[], help="extra flag, S3 only")
+    p.add_argument("--json", type=Path, help="also write the raw results here")
+    p.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="profile the broker per phase with py-spy into DIR (collapsed stacks)",
+    )
+    return p  # fmt: skip
+
+
+def _open_target(
+    name: str, stack: contextlib.ExitStack, workdir: Path, limits: BrokerLimits,
+    args: argparse.Namespace,
+) -> Target:  # fmt: skip
+    if name == "mock":
+        return stack.enter_context(mock_target())
+    if name == "s3":
+        return stack.enter_context(
+            s3_target(workdir / "s3", limits, [*args.broker_arg, *args.s3_arg])
+        )
+    return stack.enter_context(
+        broker_target("local", workdir / "local", None, limits, [*args.broker_arg, *args.local_arg])
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["worker"]:
+        return worker_main(json.loads(argv[1]))
+    args = _parser().parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    plan = Plan(
+        args.messages or plan.messages, plan.paced_rate, plan.paced_seconds,
+        args.partitions or plan.partitions,
+    )  # fmt: skip
+    if not 1 <= plan.partitions <= 4:
+        raise SystemExit("--partitions must be 1..4 (the mock cluster's topics have 4)")
+    limits = BrokerLimits(args.cache_bytes, args.broker_inflight_bytes)
+    names = [t.strip() for t in args.targets.split(",") if t.strip()]
+    if unknown := set(names) - set(TARGETS):
+        raise SystemExit(f"unknown targets: {sorted(unknown)}")
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, Any]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="kafscale-bench-"))
+    try:
+        for name in names:
+            print(f"== {name}", flush=True)
+            with contextlib.ExitStack() as stack:
+                target = _open_target(name, stack, workdir, limits, args)
+                results[name] = run_target(target, plan, args.py_spy)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(format_table(results, plan))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"plan": plan.__repr__(), "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 from dataclasses import fields
 
 from broker.config import BrokerConfig
@@ -43,6 +44,14 @@ _BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
      "unanswered request bytes per broker before connections stop reading"),
     ("max-request-bytes", "max_request_bytes", int, "largest request frame accepted"),
     ("lease-ttl", "lease_ttl_s", int, "metadata lease TTL in seconds (default 10)"),
+    ("group-min-session-timeout-ms", "group_min_session_timeout_ms", int,
+     "smallest consumer session timeout accepted (default 6000)"),
+    ("group-max-session-timeout-ms", "group_max_session_timeout_ms", int,
+     "largest consumer session timeout accepted (default 1800000)"),
+    ("group-initial-rebalance-delay-ms", "group_initial_rebalance_delay_ms", int,
+     "wait for more members before the first rebalance of an empty group (default 0)"),
+    ("offsets-retention-minutes", "offsets_retention_minutes", int,
+     "committed offsets of empty groups expire after this (default 10080)"),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
 ]
 
@@ -71,7 +80,7 @@ def broker_parser() -> argparse.ArgumentParser:
 
 def config_from_args(argv: list[str]) -> tuple[BrokerConfig, str]:
     args = vars(broker_parser().parse_args(argv))
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     raw: dict[str, str] = {}
     for flag, field, typ, _help in _BROKER_FLAGS:
         v = args.get(flag.replace("-", "_"))

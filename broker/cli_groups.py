@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import warnings
 from collections.abc import Sequence
@@ -55,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _admin(bootstrap: str) -> Any:
+    host, _, port = bootstrap.rpartition(":")
+    # fail fast, like the original tool, instead of the client's long bootstrap retries
+    with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=5):
+        pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from kafka import KafkaAdminClient

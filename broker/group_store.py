@@ -6,12 +6,16 @@ in it cannot break the layout)::
     /groups/{group}/state               -> GroupRecord JSON
     /groups/{group}/offsets/{topic}/{p} -> {offset, leader_epoch, metadata, commit_ts}
 
-The state is written with compare-and-set on its mod_revision (0 = must not exist); one
-OffsetCommit request is one transaction (several only past ``meta.max_txn_ops``).
+The state is written with compare-and-set on its mod_revision (0 = must not exist). An
+OffsetCommit request's offsets are written in one transaction (several only past
+``meta.max_txn_ops``), and requests that arrive while one is in flight share the next
+transaction (group commit), so store writes scale with round trips, not with requests.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Sequence
 from urllib.parse import quote, unquote
 
@@ -44,6 +48,8 @@ class MetaGroupStore:
 
     def __init__(self, meta: MetaStore) -> None:
         self._meta = meta
+        self._pending: deque[tuple[list[Put], asyncio.Future[None]]] = deque()
+        self._flusher: asyncio.Task[None] | None = None
 
     async def load_group(self, group_id: str) -> StoredGroup | None:
         kv = await self._meta.get(_state_key(group_id))
@@ -76,11 +82,40 @@ class MetaGroupStore:
     async def commit_offsets(
         self, group_id: str, offsets: Sequence[tuple[TopicPartition, OffsetRecord]]
     ) -> None:
+        """Group commit: requests arriving while a transaction is in flight are written
+        together in the next one; a request is never split unless it alone exceeds the
+        store's ops limit."""
         latest = {tp: rec for tp, rec in offsets}  # one Put per key per transaction
-        ops: list[Op] = [
-            Put(_offset_key(group_id, tp), rec.to_json()) for tp, rec in latest.items()
-        ]
-        await self._run_chunked(ops)
+        ops = [Put(_offset_key(group_id, tp), rec.to_json()) for tp, rec in latest.items()]
+        if not ops:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((ops, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_commits())
+        await fut
+
+    async def _flush_commits(self) -> None:
+        while self._pending:
+            batch: list[tuple[list[Put], asyncio.Future[None]]] = []
+            size, limit = 0, max(1, self._meta.max_txn_ops)
+            while self._pending and (not batch or size + len(self._pending[0][0]) <= limit):
+                ops, fut = self._pending.popleft()
+                batch.append((ops, fut))
+                size += len(ops)
+            merged: dict[str, Put] = {}
+            for ops, _ in batch:
+                merged.update((op.key, op) for op in ops)  # a later request's value wins
+            try:
+                await self._run_chunked(list(merged.values()))
+            except Exception as exc:  # noqa: BLE001 - handed to every waiting request
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+            else:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
 
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, OffsetRecord]:
         prefix = _group_prefix(group_id) + "offsets/"
@@ -99,7 +134,7 @@ class MetaGroupStore:
         }
         return sorted(names)
 
-    async def _run_chunked(self, ops: list[Op]) -> None:
+    async def _run_chunked(self, ops: Sequence[Op]) -> None:
         step = max(1, self._meta.max_txn_ops)
         for i in range(0, len(ops), step):
             await self._meta.txn([], ops[i : i + step])

@@ -466,14 +466,14 @@ class LogManager:
             budget = max_bytes - total
             if cached is not None:
                 view = slice_batches(cached.data, cached.index, offset, budget)
-            elif seg.bytes <= WHOLE_READ_LIMIT:
+            elif seg.size <= WHOLE_READ_LIMIT:
                 remote_reads += 1
                 view = slice_batches(await self._segment_data(lg, seg), None, offset, budget)
             else:
                 remote_reads += 1
                 ikey = index_key(self.config.namespace, lg.topic, lg.partition, seg.base)
                 index = parse_index(await self.store.get(ikey))
-                view = await read_from(self.store, key, index, offset, budget, seg.bytes, seg.etag)
+                view = await read_from(self.store, key, index, offset, budget, seg.size, seg.etag)
             if len(view) == 0:
                 idx += 1
                 continue

@@ -30,7 +30,7 @@ class SegmentMeta:
 
     base: int
     last: int
-    bytes: int
+    size: int
     records: int
     max_ts: int
     etag: str
@@ -40,7 +40,7 @@ class SegmentMeta:
             {
                 "base": self.base,
                 "last": self.last,
-                "bytes": self.bytes,
+                "bytes": self.size,
                 "records": self.records,
                 "max_ts": self.max_ts,
                 "etag": self.etag,

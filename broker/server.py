@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import signal
 from typing import Any
 
@@ -117,7 +118,12 @@ class Broker:
         except ImportError:  # the group coordinator is optional in minimal builds
             log.warning("consumer groups unavailable: groupcoord is not installed")
             return None
-        coordinator = GroupCoordinator(MetaGroupStore(self.meta), GroupConfig.from_broker(self))
+        coordinator = GroupCoordinator(
+            MetaGroupStore(self.meta),
+            GroupConfig.from_broker(self),
+            owns_group=self.cluster.owns_group,
+        )
+        self.cluster.add_listener(coordinator.drop_unowned)
         await coordinator.start()
         return coordinator
 
@@ -151,6 +157,14 @@ class Broker:
         await self.store.close()
 
 
+_SECRET_PARAM = re.compile(r"((?:secret_key|session_token)=)[^&]*")
+
+
+def _redact(url: str) -> str:
+    """``url`` with credential query parameters masked, for the log."""
+    return _SECRET_PARAM.sub(r"\1***", url)
+
+
 async def serve(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, then shut down cleanly (flush + release)."""
     broker = Broker(config)
@@ -162,8 +176,8 @@ async def serve(config: BrokerConfig) -> None:
         broker.port,
         config.advertised_host,
         config.advertised_port,
-        config.store_url,
-        config.meta_url,
+        _redact(config.store_url),
+        _redact(config.meta_url),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -99,10 +99,11 @@ class GroupCoordinator(Membership):
     ) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        group = await self.get_group(group_id)
+        # a standalone ("simple") consumer commits with generation -1: as Kafka does, its
+        # group then exists (Empty, no protocol type) and later commits need no lookup
+        group = await self.get_group(group_id, create=generation < 0)
         if group is None:
-            # a standalone ("simple") consumer commits with generation -1
-            return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         if group.is_(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.is_static_fenced(member_id, instance_id):

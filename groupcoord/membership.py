@@ -136,6 +136,13 @@ class Membership:
             member.complete_join(JoinResult(error, member_id=member.member_id))
             member.complete_sync(SyncResult(error))
 
+    def drop_unowned(self) -> None:
+        """Unload every group ``owns_group`` no longer names this coordinator for (call it
+        when cluster membership changes; the new owner reloads them from the store)."""
+        for group_id in [g for g in self.groups if not self.owns_group(g)]:
+            log.info("group %s moved to another coordinator; unloading", group_id)
+            self.unload(group_id)
+
     def unload_all(self) -> None:
         for group_id in list(self.groups):
             self.unload(group_id)

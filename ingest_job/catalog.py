@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 RETRY_PROPERTY = "commit.retry.num-retries"
 KIND_PROPERTY = "kafscale.kind"
+ROUTE_PROPERTY = "kafscale.route"  # "{base table}:{field}" on tables made by routing
 MAX_COMMIT_ATTEMPTS = 5
 
 _TYPE_NAMES: dict[type, str] = {
@@ -99,15 +100,21 @@ def _base_fields(dead_letter: bool) -> list[NestedField]:
 
 
 def base_schema(dead_letter: bool = False) -> Schema:
-    return Schema(*[NestedField(f.field_id, f.name, f.field_type) for f in _base_fields(dead_letter)])
+    return Schema(
+        *[NestedField(f.field_id, f.name, f.field_type) for f in _base_fields(dead_letter)]
+    )
 
 
 def partition_spec(partition_by: str) -> PartitionSpec:
     if partition_by == "none":
         return UNPARTITIONED_PARTITION_SPEC
-    transform = DayTransform() if partition_by == "day" else HourTransform()
+    transform: DayTransform | HourTransform = (
+        DayTransform() if partition_by == "day" else HourTransform()
+    )
     return PartitionSpec(
-        PartitionField(source_id=4, field_id=1000, transform=transform, name=f"timestamp_{partition_by}")
+        PartitionField(
+            source_id=4, field_id=1000, transform=transform, name=f"timestamp_{partition_by}"
+        )
     )
 
 
@@ -147,7 +154,13 @@ def ensure_namespace(catalog: Catalog, namespace: str) -> None:
 
 
 def ensure_table(
-    catalog: Catalog, namespace: str, name: str, partition_by: str, dead_letter: bool = False
+    catalog: Catalog,
+    namespace: str,
+    name: str,
+    partition_by: str,
+    dead_letter: bool = False,
+    location: str | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> Table:
     """Load ``namespace.name``, creating it (with our properties) when missing."""
     ident = (namespace, name)
@@ -159,9 +172,11 @@ def ensure_table(
                 ident,
                 schema=base_schema(dead_letter),
                 partition_spec=partition_spec(partition_by),
+                location=location,
                 properties={
                     RETRY_PROPERTY: "0",
                     KIND_PROPERTY: "dead-letter" if dead_letter else "data",
+                    **(properties or {}),
                 },
             )
             log.info("created table %s.%s", namespace, name)
@@ -174,6 +189,19 @@ def ensure_table(
             tx.set_properties({RETRY_PROPERTY: "0"})
         tbl = catalog.load_table(ident)
     return tbl
+
+
+def routed_tables(catalog: Catalog, namespace: str, route: str) -> list[str]:
+    """Names of the existing tables that routing ``route`` ("{base}:{field}") created."""
+    try:
+        names = [ident[-1] for ident in catalog.list_tables(namespace)]
+        return sorted(
+            n
+            for n in names
+            if catalog.load_table((namespace, n)).properties.get(ROUTE_PROPERTY) == route
+        )
+    except Exception as exc:
+        raise IngestError(f"catalog unreachable (listing {namespace}): {exc}") from exc
 
 
 def table_offsets(tbl: Table) -> Offsets:
@@ -238,7 +266,10 @@ def conform_files(io: FileIO, files: Sequence[WrittenFile], types: Mapping[str, 
             col = data.column(name)
             target = ARROW_TYPES[types[name]]
             if target == pa.string() and col.type == pa.bool_():
-                col = pa.array([None if v is None else ("true" if v else "false") for v in col.to_pylist()], pa.string())
+                col = pa.array(
+                    [None if v is None else ("true" if v else "false") for v in col.to_pylist()],
+                    pa.string(),
+                )
             data = data.set_column(i, name, col.cast(target))
         new_path = f.path.replace(".parquet", "-conformed.parquet")
         write_parquet(io, new_path, data)
@@ -247,7 +278,9 @@ def conform_files(io: FileIO, files: Sequence[WrittenFile], types: Mapping[str, 
     return paths
 
 
-def _evolve(tx_schema_update: object, table_types: Mapping[str, str], merged: Mapping[str, str]) -> None:
+def _evolve(
+    tx_schema_update: object, table_types: Mapping[str, str], merged: Mapping[str, str]
+) -> None:
     upd = tx_schema_update
     for name, kind in sorted(merged.items()):
         if name not in table_types:
@@ -283,15 +316,22 @@ def commit_files(
         table_types = json_fields(tbl)
         merged = _merged_types(table_types, files)
         paths = conform_files(tbl.io, files, merged)
-        files = [WrittenFile(f.table, p, f.records, f.size, ()) for f, p in zip(files, paths, strict=True)]
+        files = [
+            WrittenFile(f.table, p, f.records, f.size, ())
+            for f, p in zip(files, paths, strict=True)
+        ]
         try:
             with tbl.transaction() as tx:
                 if set(merged) - set(table_types):
                     with tx.update_schema() as upd:
                         _evolve(upd, table_types, merged)
-                tx.add_files(paths, snapshot_properties={OFFSETS_PROPERTY: offsets_to_json(new_offsets)})
+                tx.add_files(
+                    paths, snapshot_properties={OFFSETS_PROPERTY: offsets_to_json(new_offsets)}
+                )
         except CommitFailedException as exc:
-            log.info("commit to %s conflicted (attempt %d): %s; re-checking", ident, attempt + 1, exc)
+            log.info(
+                "commit to %s conflicted (attempt %d): %s; re-checking", ident, attempt + 1, exc
+            )
             tbl = catalog.load_table(ident)
             continue
         snap = tbl.current_snapshot()

@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ingest_job.model import IngestError
 
@@ -29,12 +30,12 @@ class _Parser:
     def __init__(self, prog: str, description: str) -> None:
         self.p = argparse.ArgumentParser(prog=prog, description=description)
 
-    def opt(self, flag: str, default: str | None, help_: str, **kw: object) -> None:
+    def opt(self, flag: str, default: str | None, help_: str, **kw: Any) -> None:
         env = "KAFSCALE_" + flag.lstrip("-").upper().replace("-", "_")
         val = _env(flag)
         self.p.add_argument(
             flag, default=val if val is not None else default, help=f"{help_} (env {env})", **kw
-        )  # type: ignore[call-overload]
+        )
 
     def flag(self, flag: str, help_: str) -> None:
         env = "KAFSCALE_" + flag.lstrip("-").upper().replace("-", "_")
@@ -43,24 +44,48 @@ class _Parser:
 
 
 def _common(pp: _Parser) -> None:
-    pp.opt("--store", "file://./data", "object store URL: file://DIR or s3://BUCKET/PREFIX?endpoint=URL&region=R")
+    pp.opt(
+        "--store",
+        "file://./data",
+        "object store URL: file://DIR or s3://BUCKET/PREFIX?endpoint=URL&region=R",
+    )
     pp.opt("--meta", "embedded", "metadata store: embedded or etcd://HOST:PORT[,HOST:PORT]")
     pp.opt("--data-dir", "./data", "data directory (embedded metadata, embedded catalog)")
     pp.opt("--meta-prefix", "/kafscale", "metadata key prefix")
-    pp.opt("--catalog", None, "pyiceberg catalog name (default: SQLite at DATA_DIR/iceberg/catalog.db)")
+    pp.opt(
+        "--catalog", None, "pyiceberg catalog name (default: SQLite at DATA_DIR/iceberg/catalog.db)"
+    )
     pp.opt("--namespace", "kafscale", "Iceberg namespace of the tables")
 
 
 def ingest_parser() -> argparse.ArgumentParser:
-    pp = _Parser("kafscale ingest", "Materialize committed KAFS segments as Iceberg tables, exactly once.")
+    pp = _Parser(
+        "kafscale ingest", "Materialize committed KAFS segments as Iceberg tables, exactly once."
+    )
     pp.opt("--topics", None, "comma-separated topics to ingest")
     _common(pp)
     pp.opt("--segment-namespace", "default", "namespace of the segment keys in the object store")
     pp.flag("--table-per-topic", "one table per topic, named after it (the default)")
     pp.opt("--table", None, "write every topic into this one table")
-    pp.opt("--value-format", "raw", "raw: value as bytes; json: also parse into columns", choices=["raw", "json"])
-    pp.opt("--partition-by", "day", "table partitioning on the record timestamp", choices=["day", "hour", "none"])
-    pp.opt("--max-records", None, "at most this many offsets per run (all partitions together)", type=int)
+    pp.opt("--route-by", None, "JSON field whose value routes a record to table BASE_VALUE")
+    pp.opt(
+        "--value-format",
+        "raw",
+        "raw: value as bytes; json: also parse into columns",
+        choices=["raw", "json"],
+    )
+    pp.opt(
+        "--partition-by",
+        "day",
+        "table partitioning on the record timestamp",
+        choices=["day", "hour", "none"],
+    )
+    pp.opt(
+        "--max-records",
+        None,
+        "at most this many offsets per run (all partitions together)",
+        type=int,
+    )
     pp.opt("--master", None, "Spark master (default local[*], or what spark-submit gives)")
     pp.opt("--progress-interval", "10", "seconds between progress lines", type=float)
     pp.opt("--unit-bytes", str(64 * 1024 * 1024), "segment bytes per Spark task", type=int)
@@ -74,7 +99,9 @@ def maintain_parser() -> argparse.ArgumentParser:
     pp.opt("--tables", None, "comma-separated tables (default: every table the job wrote)")
     pp.flag("--compact", "rewrite small data files into larger ones")
     pp.flag("--expire-snapshots", "expire snapshots older than --older-than-hours")
-    pp.flag("--remove-orphans", "delete files no snapshot references, older than --orphan-age-minutes")
+    pp.flag(
+        "--remove-orphans", "delete files no snapshot references, older than --orphan-age-minutes"
+    )
     pp.opt("--older-than-hours", "168", "snapshot age to expire", type=float)
     pp.opt("--orphan-age-minutes", "60", "minimum age of a file removed as orphan", type=float)
     pp.opt("--target-file-mb", "128", "compaction target file size", type=float)
@@ -88,7 +115,9 @@ def _say(line: str) -> None:
 
 def _ingest(argv: Sequence[str]) -> int:
     args = ingest_parser().parse_args(list(argv))
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not args.topics:
         print("kafscale ingest: --topics is required (or KAFSCALE_TOPICS)", file=sys.stderr)
         return 2
@@ -107,6 +136,7 @@ def _ingest(argv: Sequence[str]) -> int:
         catalog=args.catalog,
         namespace=args.namespace,
         table=args.table,
+        route_by=args.route_by,
         value_format=args.value_format,
         partition_by=args.partition_by,
         max_records=args.max_records,
@@ -122,9 +152,14 @@ def _ingest(argv: Sequence[str]) -> int:
 
 def _maintain(argv: Sequence[str]) -> int:
     args = maintain_parser().parse_args(list(argv))
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not (args.compact or args.expire_snapshots or args.remove_orphans):
-        print("kafscale ingest maintain: give --compact, --expire-snapshots and/or --remove-orphans", file=sys.stderr)
+        print(
+            "kafscale ingest maintain: give --compact, --expire-snapshots and/or --remove-orphans",
+            file=sys.stderr,
+        )
         return 2
     from ingest_job.maintain import MaintainConfig, run_maintain
 

@@ -39,9 +39,12 @@ SPARK_DDL = (
 )
 
 
-
 class RecordDecodeError(ValueError):
     """A batch whose CRC or record framing is wrong (message names the offset)."""
+
+
+#: zig-zag decode of every one-byte varint
+_ZZ = tuple((b >> 1) ^ -(b & 1) for b in range(128))
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -133,53 +136,96 @@ def decode_batch_into(
 
 
 def _decode_records(cols: Columns, hdr: BatchHeader, buf: bytes, start: int, end: int) -> int:
+    """The hot loop: one-byte varints (the common case) are decoded inline via ``_ZZ``."""
     base = hdr.base_offset
-    log_append = hdr.timestamp_type == 1
+    ts_fixed = hdr.max_timestamp if hdr.timestamp_type == 1 else None
     base_ts = hdr.base_timestamp
-    ts_type = hdr.timestamp_type
-    offsets, timestamps, ts_types = cols.offsets, cols.timestamps, cols.ts_types
+    offsets, timestamps = cols.offsets, cols.timestamps
     keys, values = cols.keys, cols.values
     hoffs, hkeys, hvals = cols.header_offsets, cols.header_keys, cols.header_values
+    zz = _ZZ
+    varint = _varint
     pos = 0
     added = 0
     for _ in range(hdr.record_count):
-        length, pos = _varint(buf, pos)
+        b = buf[pos]
+        if b < 128:
+            length = zz[b]
+            pos += 1
+        elif buf[pos + 1] < 128:  # two-byte varint
+            raw = (b & 0x7F) | (buf[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            length, pos = varint(buf, pos)
         rec_end = pos + length
-        pos += 1  # attributes
-        ts_delta, pos = _varint(buf, pos)
-        off_delta, pos = _varint(buf, pos)
-        offset = base + off_delta
+        b = buf[pos + 1]  # skip attributes
+        if b < 128:
+            ts_delta = zz[b]
+            pos += 2
+        else:
+            ts_delta, pos = varint(buf, pos + 1)
+        b = buf[pos]
+        if b < 128:
+            offset = base + zz[b]
+            pos += 1
+        else:
+            delta, pos = varint(buf, pos)
+            offset = base + delta
         if offset < start or offset >= end:
             pos = rec_end
             continue
-        klen, pos = _varint(buf, pos)
+        b = buf[pos]
+        if b < 128:
+            klen = zz[b]
+            pos += 1
+        else:
+            klen, pos = varint(buf, pos)
         if klen >= 0:
             keys.append(buf[pos : pos + klen])
             pos += klen
         else:
             keys.append(None)
-        vlen, pos = _varint(buf, pos)
+        b = buf[pos]
+        if b < 128:
+            vlen = zz[b]
+            pos += 1
+        elif buf[pos + 1] < 128:  # two-byte varint
+            raw = (b & 0x7F) | (buf[pos + 1] << 7)
+            vlen = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            vlen, pos = varint(buf, pos)
         if vlen >= 0:
             values.append(buf[pos : pos + vlen])
             pos += vlen
         else:
             values.append(None)
-        nh, pos = _varint(buf, pos)
-        for _h in range(nh):
-            hk, pos = _varint(buf, pos)
-            hkeys.append(buf[pos : pos + hk].decode("utf-8", "replace"))
-            pos += hk
-            hv, pos = _varint(buf, pos)
-            if hv >= 0:
-                hvals.append(buf[pos : pos + hv])
-                pos += hv
-            else:
-                hvals.append(None)
+        b = buf[pos]
+        if b == 0:
+            pos += 1
+        else:
+            pos = _decode_headers(buf, pos, hkeys, hvals)
         hoffs.append(len(hkeys))
         if pos != rec_end:
             raise CorruptBatchError(f"record at offset {offset} overruns its length")
         offsets.append(offset)
-        timestamps.append(hdr.max_timestamp if log_append else base_ts + ts_delta)
-        ts_types.append(ts_type)
+        timestamps.append(ts_fixed if ts_fixed is not None else base_ts + ts_delta)
         added += 1
+    cols.ts_types.extend([hdr.timestamp_type] * added)
     return added
+
+
+def _decode_headers(buf: bytes, pos: int, hkeys: list[str], hvals: list[bytes | None]) -> int:
+    nh, pos = _varint(buf, pos)
+    for _h in range(nh):
+        hk, pos = _varint(buf, pos)
+        hkeys.append(buf[pos : pos + hk].decode("utf-8", "replace"))
+        pos += hk
+        hv, pos = _varint(buf, pos)
+        if hv >= 0:
+            hvals.append(buf[pos : pos + hv])
+            pos += hv
+        else:
+            hvals.append(None)
+    return pos

@@ -56,6 +56,7 @@ class IngestConfig:
     catalog: str | None = None
     namespace: str = "kafscale"
     table: str | None = None  # one table for every topic (else one table per topic)
+    route_by: str | None = None  # JSON field whose value picks the table ({base}_{value})
     value_format: str = "raw"
     partition_by: str = "day"
     max_records: int | None = None
@@ -102,9 +103,10 @@ class _Target:
     name: str
     dead_letter: bool
     sources: tuple[TopicPartition, ...]
+    route: str | None = None  # routing group of a routed table
 
 
-def _targets(cfg: IngestConfig, tps: Sequence[TopicPartition]) -> list[_Target]:
+def _targets(catalog: Catalog, cfg: IngestConfig, tps: Sequence[TopicPartition]) -> list[_Target]:
     groups: dict[str, list[TopicPartition]] = {}
     for tp in tps:
         groups.setdefault(cfg.table or table_name_for(tp[0]), []).append(tp)
@@ -113,7 +115,38 @@ def _targets(cfg: IngestConfig, tps: Sequence[TopicPartition]) -> list[_Target]:
         out.append(_Target(name, False, tuple(srcs)))
         if cfg.value_format == "json":
             out.append(_Target(dead_letter_table(name), True, tuple(srcs)))
+        if cfg.route_by:
+            route = f"{name}:{cfg.route_by}"
+            for routed in cat.routed_tables(catalog, cfg.namespace, route):
+                out.append(_Target(routed, False, tuple(srcs), route))
     return out
+
+
+def _new_routed_targets(
+    catalog: Catalog,
+    cfg: IngestConfig,
+    targets: list[_Target],
+    planned: dict[str, Offsets],
+    results: Sequence[UnitResult],
+) -> None:
+    """Create the tables routing found values for in this run (before any commit)."""
+    known = {t.name for t in targets}
+    bases = {t.name: t for t in targets if not t.dead_letter and t.route is None}
+    first = catalog.load_table((cfg.namespace, targets[0].name)).location()
+    for r in results:
+        for f in r.files:
+            if f.table in known:
+                continue
+            base = cfg.table or table_name_for(r.topic)
+            location = f"{first.rsplit('/', 1)[0]}/{f.table}"
+            route = f"{base}:{cfg.route_by}"
+            cat.ensure_table(
+                catalog, cfg.namespace, f.table, cfg.partition_by,
+                location=location, properties={cat.ROUTE_PROPERTY: route},
+            )  # fmt: skip
+            targets.append(_Target(f.table, False, bases[base].sources, route))
+            planned[f.table] = {}
+            known.add(f.table)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -201,7 +234,9 @@ def _cleanup_run(catalog: Catalog, cfg: IngestConfig, names: Sequence[str], run_
 def _load_plan(cfg: IngestConfig) -> tuple[list[TopicPartition], Any]:
     try:
         logs = asyncio.run(
-            load_logs(cfg.meta_url, cfg.data_dir, cfg.meta_prefix, cfg.topics, cfg.segment_namespace)
+            load_logs(
+                cfg.meta_url, cfg.data_dir, cfg.meta_prefix, cfg.topics, cfg.segment_namespace
+            )
         )
     except IngestError:
         raise
@@ -223,7 +258,9 @@ def run_ingest(
     catalog = cat.open_catalog(cfg.catalog, cfg.data_dir)
     cat.ensure_namespace(catalog, cfg.namespace)
     tps, logs = _load_plan(cfg)
-    targets = _targets(cfg, tps)
+    if cfg.route_by and cfg.value_format != "json":
+        raise IngestError("--route-by needs --value-format json")
+    targets = _targets(catalog, cfg, tps)
     planned: dict[str, Offsets] = {}
     dests: list[Destination] = []
     for t in targets:
@@ -259,7 +296,7 @@ def run_ingest(
             partition_by=cfg.partition_by,
             table_per_topic=cfg.table is None,
             table=cfg.table,
-            route_by=None,
+            route_by=cfg.route_by,
             io_properties=tuple(sorted((k, str(v)) for k, v in catalog.properties.items())),
             destinations=tuple(dests),
         )
@@ -271,6 +308,8 @@ def run_ingest(
         except BaseException:
             _cleanup_run(catalog, cfg, [t.name for t in targets], run_id)
             raise
+    if cfg.route_by:
+        _new_routed_targets(catalog, cfg, targets, planned, results)
     _commit_all(catalog, cfg, targets, planned, plan.ends, results, summary, emit)
     summary.seconds = time.monotonic() - started
     return summary

@@ -92,9 +92,9 @@ class JsonColumns:
         ]
 
 
-def _parse(values: Sequence[bytes | None], offsets: Sequence[int]) -> tuple[
-    list[tuple[int, dict[str, object]]], list[tuple[int, str]]
-]:
+def _parse(
+    values: Sequence[bytes | None], offsets: Sequence[int]
+) -> tuple[list[tuple[int, dict[str, object]]], list[tuple[int, str]]]:
     parsed: list[tuple[int, dict[str, object]]] = []
     dead: list[tuple[int, str]] = []
     for i, raw in enumerate(values):

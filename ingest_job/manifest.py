@@ -54,9 +54,7 @@ async def read_logs(
     return logs
 
 
-async def _read_partition(
-    meta: MetaStore, topic: str, part: int, namespace: str
-) -> PartitionLog:
+async def _read_partition(meta: MetaStore, topic: str, part: int, namespace: str) -> PartitionLog:
     prefix = f"/logs/{topic}/{part}/"
     end_kv = await meta.get(prefix + "end")
     next_offset = int(json.loads(end_kv.value)["next_offset"]) if end_kv else 0

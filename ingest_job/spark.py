@@ -48,4 +48,3 @@ def get_spark(master: str | None = None, app_name: str = "kafscale-ingest") -> S
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .getOrCreate()
     )
-

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
 
-from ingest_job.decode import Columns, RecordDecodeError, decode_batch_into
-from ingest_job.jsonvals import JsonColumns, parse_json_values
+from ingest_job.decode import RAW_SCHEMA, Columns, RecordDecodeError, decode_batch_into
+from ingest_job.jsonvals import ARROW_TYPES, JsonColumns, column_name, parse_json_values
 from ingest_job.model import (
     CorruptInputError,
     SegmentRef,
@@ -107,9 +107,7 @@ def _partition_groups(tbl: pa.Table, partition_by: str) -> Iterator[tuple[str, p
     keys = pc.divide(tbl.column("timestamp").cast(pa.int64()), unit)
     for key in pc.unique(keys).to_pylist():
         when = datetime.fromtimestamp(key * unit / 1e6, UTC)
-        label = when.strftime("%Y-%m-%d") if partition_by == "day" else when.strftime(
-            "%Y-%m-%d-%H"
-        )
+        label = when.strftime("%Y-%m-%d") if partition_by == "day" else when.strftime("%Y-%m-%d-%H")
         yield f"timestamp_{partition_by}={label}/", tbl.filter(pc.equal(keys, key))
 
 
@@ -138,15 +136,13 @@ class _Writer:
         self.files: list[WrittenFile] = []
 
     def write(self, table: str, tbl: pa.Table, fields: tuple[tuple[str, str], ...]) -> None:
-        dest = self.spec.destination(table)
-        if dest is None:
-            raise CorruptInputError(f"no location for table {table!r}")  # planning bug
         if tbl.num_rows == 0:
             return
+        location = table_location(self.spec, table)
         for pdir, part in _partition_groups(tbl, self.spec.partition_by):
             n = len(self.files)
             path = (
-                f"{dest.location}/data/{pdir}kafscale-{self.spec.run_id}-"
+                f"{location}/data/{pdir}kafscale-{self.spec.run_id}-"
                 f"u{self.unit.unit_id:05d}-a{self.attempt}-{n:03d}.parquet"
             )
             size = write_parquet(self.io, path, part)
@@ -156,6 +152,21 @@ class _Writer:
 def dest_start(spec: TaskSpec, table: str, tp: tuple[str, int]) -> int:
     dest = spec.destination(table)
     return dest.start_of(tp) if dest else 0
+
+
+def table_location(spec: TaskSpec, table: str) -> str:
+    """A destination's location; a routed table not created yet goes beside the first."""
+    dest = spec.destination(table)
+    if dest is not None:
+        return dest.location
+    return f"{spec.destinations[0].location.rsplit('/', 1)[0]}/{table}"
+
+
+def routed_table(base: str, value: object) -> str:
+    """The table a record goes to when routed by a field value (``{base}_{value}``)."""
+    if value is None or value == "":
+        return base
+    return f"{base}_{table_name_for(str(value)).lower()}"
 
 
 def _since(tbl: pa.Table, start: int) -> pa.Table:
@@ -184,6 +195,43 @@ def _json_tables(
     return good, _dead_letter_rows(raw, js), js
 
 
+def _json_fields(tbl: pa.Table) -> tuple[tuple[str, str], ...]:
+    """(name, type) of the JSON columns of ``tbl`` that hold at least one value."""
+    kinds = {v: k for k, v in ARROW_TYPES.items()}
+    out = []
+    for name in tbl.column_names[len(RAW_SCHEMA) :]:
+        col = tbl.column(name)
+        if col.null_count < len(col):
+            out.append((name, kinds[col.type]))
+    return tuple(sorted(out))
+
+
+def _write_routed(
+    spec: TaskSpec, raw: pa.Table, base: str, tp: tuple[str, int], writer: _Writer
+) -> tuple[int, list[str]]:
+    """JSON records to ``{base}_{value of spec.route_by}`` tables; returns (dead, conflicts)."""
+    assert spec.route_by is not None
+    good, dead, js = _json_tables(spec, raw, base)
+    dl = dead_letter_table(base)
+    dead = _since(dead, dest_start(spec, dl, tp))
+    writer.write(dl, dead, ())
+    field_col = column_name(spec.route_by)
+    keys = (
+        good.column(field_col).to_pylist()
+        if field_col in good.column_names
+        else [None] * good.num_rows
+    )
+    groups: dict[str, list[int]] = {}
+    for i, val in enumerate(keys):
+        groups.setdefault(routed_table(base, val), []).append(i)
+    for table, rows in sorted(groups.items()):
+        part = _since(good.take(pa.array(rows, pa.int64())), dest_start(spec, table, tp))
+        fields = _json_fields(part)
+        keep = list(RAW_SCHEMA.names) + [n for n, _k in fields]
+        writer.write(table, part.select(keep), fields)
+    return dead.num_rows, js.conflicts
+
+
 def run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int = 0) -> UnitResult:
     """Decode one unit and write its files; returns what the driver needs to commit.
 
@@ -199,6 +247,9 @@ def run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int = 0) -> UnitResult:
     conflicts: list[str] = []
     if spec.value_format == "raw":
         writer.write(base, _since(raw, dest_start(spec, base, tp)), ())
+    elif spec.route_by:
+        dead_count, found = _write_routed(spec, raw, base, tp, writer)
+        conflicts.extend(f"{unit.topic}/{unit.partition}: {c}" for c in found)
     else:
         dl = dead_letter_table(base)
         dl_dest = spec.destination(dl)

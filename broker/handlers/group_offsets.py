@@ -25,7 +25,7 @@ from kafka.protocol.consumer import (
     OffsetFetchResponse,
 )
 
-from broker.handlers.groups import coordinator, group_error
+from broker.handlers.groups import coordinator, group_error, guarded
 from broker.handlers.registry import RequestContext, api
 from groupcoord import OffsetCommit, OffsetRecord, TopicPartition
 from protocol.errors import ErrorCode
@@ -56,7 +56,48 @@ def _by_topic(errors: dict[TopicPartition, ErrorCode]) -> dict[str, list[tuple[i
 # ---- OffsetCommit ----
 
 
+def _commit_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
+    topics = [
+        _CommitTopic(
+            name=t.name,
+            partitions=[
+                _CommitPartition(partition_index=p.partition_index, error_code=int(err))
+                for p in t.partitions or []
+            ],
+        )
+        for t in request.topics or []
+    ]
+    return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+
+
+def _fetch_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
+    if ctx.header.api_version >= 8:
+        groups = [
+            _FetchGroup(group_id=g.group_id, topics=[], error_code=int(err))
+            for g in request.groups or []
+        ]
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    topics = [
+        _FetchTopic(
+            name=t.name,
+            partitions=[
+                _FetchPartition(
+                    partition_index=p,
+                    committed_offset=-1,
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=int(err),
+                )
+                for p in t.partition_indexes or []
+            ],
+        )
+        for t in request.topics or []
+    ]
+    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=int(err))
+
+
 @api(8, 0, 8)
+@guarded(_commit_error)
 async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     group_id = request.group_id
@@ -124,6 +165,7 @@ def _meta(rec: OffsetRecord | None) -> str:
 
 
 @api(9, 0, 8)
+@guarded(_fetch_error)
 async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     if version >= 8:
@@ -172,6 +214,7 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 @api(47, 0, 0)
+@guarded(lambda ctx, r, e: OffsetDeleteResponse(error_code=int(e), throttle_time_ms=0, topics=[]))
 async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     group_id = request.group_id
     errors: dict[TopicPartition, ErrorCode] = {}

@@ -23,6 +23,9 @@ A group this broker does not own gets NOT_COORDINATOR; when the coordinator is n
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -38,7 +41,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import Handler, RequestContext, api
 from groupcoord import GroupCoordinator, JoinRequest, JoinResult
 from protocol.errors import ErrorCode
 
@@ -50,12 +53,34 @@ _DescribedMember = _Described.DescribedGroupMember
 _Listed = ListGroupsResponse.ListedGroup
 _Deleted = DeleteGroupsResponse.DeletableGroupResult
 
+log = logging.getLogger(__name__)
+Fallback = Callable[[RequestContext, Any, ErrorCode], Any]
+
+
+def guarded(fallback: Fallback) -> Callable[[Handler], Handler]:
+    """Answer COORDINATOR_NOT_AVAILABLE (retriable) when the metadata store fails, instead
+    of letting the connection close."""
+
+    def wrap(fn: Handler) -> Handler:
+        @functools.wraps(fn)
+        async def handle(ctx: RequestContext, request: Any) -> Any:
+            try:
+                return await fn(ctx, request)
+            except Exception as exc:  # noqa: BLE001 - store/network failure
+                log.warning("%s failed for %s: %r", fn.__name__, ctx.peer, exc)
+                return fallback(ctx, request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+        return handle
+
+    return wrap
+
 
 def group_error(ctx: RequestContext, group_id: str) -> ErrorCode | None:
     """The error for a group request this broker cannot serve, or None."""
     if ctx.broker.groups is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if not ctx.broker.cluster.owns_group(group_id):
+        ctx.broker.groups.unload(group_id)  # stale if we owned it before
         return ErrorCode.NOT_COORDINATOR
     return None
 
@@ -134,6 +159,9 @@ def _join_response(version: int, res: JoinResult) -> Any:
 
 
 @api(11, 0, 9)
+@guarded(
+    lambda ctx, r, e: _join_response(ctx.header.api_version, JoinResult(e, member_id=r.member_id))
+)
 async def join_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     err = group_error(ctx, request.group_id)
@@ -157,6 +185,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
 
 
 @api(14, 0, 5)
+@guarded(lambda ctx, r, e: SyncGroupResponse(throttle_time_ms=0, error_code=int(e), assignment=b""))
 async def sync_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     err = group_error(ctx, request.group_id)
@@ -181,6 +210,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
 
 
 @api(12, 0, 4)
+@guarded(lambda ctx, r, e: HeartbeatResponse(throttle_time_ms=0, error_code=int(e)))
 async def heartbeat(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     err = group_error(ctx, request.group_id)
@@ -195,6 +225,7 @@ async def heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 
 @api(13, 0, 5)
+@guarded(lambda ctx, r, e: LeaveGroupResponse(throttle_time_ms=0, error_code=int(e), members=[]))
 async def leave_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     if version >= 3:
@@ -221,18 +252,22 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
 # ---- DescribeGroups / ListGroups / DeleteGroups ----
 
 
+def _error_described(group_id: str, err: ErrorCode) -> Any:
+    return _Described(
+        error_code=int(err),
+        group_id=group_id,
+        group_state="",
+        protocol_type="",
+        protocol_data="",
+        members=[],
+        authorized_operations=None,
+    )
+
+
 async def _describe(ctx: RequestContext, group_id: str) -> Any:
     err = group_error(ctx, group_id)
     if err is not None:
-        return _Described(
-            error_code=int(err),
-            group_id=group_id,
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=[],
-            authorized_operations=None,
-        )
+        return _error_described(group_id, err)
     d = await coordinator(ctx).describe_group(group_id)
     members = [
         _DescribedMember(
@@ -256,13 +291,20 @@ async def _describe(ctx: RequestContext, group_id: str) -> Any:
     )
 
 
+def _describe_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
+    groups = [_error_described(g, err) for g in request.groups or []]
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
+
+
 @api(15, 0, 5)
+@guarded(_describe_error)
 async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     groups = [await _describe(ctx, g) for g in request.groups or []]
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
 @api(16, 0, 4)
+@guarded(lambda ctx, r, e: ListGroupsResponse(throttle_time_ms=0, error_code=int(e), groups=[]))
 async def list_groups(ctx: RequestContext, request: Any) -> Any:
     if ctx.broker.groups is None:
         return ListGroupsResponse(
@@ -279,6 +321,12 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
 
 
 @api(42, 0, 2)
+@guarded(
+    lambda ctx, r, e: DeleteGroupsResponse(
+        throttle_time_ms=0,
+        results=[_Deleted(group_id=g, error_code=int(e)) for g in r.groups_names or []],
+    )
+)
 async def delete_groups(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in request.groups_names or []:

@@ -70,11 +70,10 @@ def run_confluent(a: argparse.Namespace, out: Out, stop: threading.Event) -> Non
         msg = c.poll(0.2)
         if msg is None or msg.error():
             continue
-        out.line(f"R {msg.partition()} {msg.offset()}")
-        c.commit(
-            offsets=[TopicPartition(a.topic, msg.partition(), msg.offset() + 1)],
-            asynchronous=False,
-        )
+        partition, offset = msg.partition(), msg.offset()
+        assert partition is not None and offset is not None
+        out.line(f"R {partition} {offset}")
+        c.commit(offsets=[TopicPartition(a.topic, partition, offset + 1)], asynchronous=False)
     c.close()
 
 

@@ -108,7 +108,9 @@ def api_versions(port: int, version: int = 3) -> Any:
 def metadata(port: int, topics: Sequence[str] | None, version: int = 9) -> Any:
     with RawConn(port) as c:
         req = MetadataRequest(
-            topics=None if topics is None else [(t,) if version < 10 else (None, t) for t in topics],
+            topics=None
+            if topics is None
+            else [(t,) if version < 10 else (None, t) for t in topics],
             allow_auto_topic_creation=True,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
@@ -175,7 +177,7 @@ def fetch_records(
     (p,) = t.partitions
     out: list[tuple[int, bytes | None, bytes | None]] = []
     data = memoryview(bytes(p.records or b""))
-    for hdr, view in iter_batches(data):
+    for _hdr, view in iter_batches(data):
         _h, recs = decode_batch(view)
         for r in recs:
             if r.offset >= offset:

@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.broker import BrokerProcess, start_broker
-from tests.integration.conftest import CODECS, TIMEOUT, create_topic, payload, unique_topic
+from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+from tests.integration.conftest import (
+    BACKENDS,
+    CODECS,
+    TIMEOUT,
+    DroppingProxy,
+    backend_kwargs,
+    create_topic,
+    payload,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +128,7 @@ def consume(
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_roundtrip_keys_values_headers_nulls(shared_broker: BrokerProcess, codec: str) -> None:
+def test_roundtrip_keys_values_headers_nulls(any_broker: BrokerProcess, codec: str) -> None:
     topic = unique_topic(f"cf-rt-{codec}")
     base_ts = 1_700_000_000_000
     items: list[dict[str, Any]] = [
@@ -130,12 +139,12 @@ def test_roundtrip_keys_values_headers_nulls(shared_broker: BrokerProcess, codec
         {"key": b"\x00\xff" * 10, "value": bytes(range(256)) * 40, "timestamp": base_ts + 7},
     ]
     items += [{"key": f"k{i}".encode(), "value": payload(i, 300)} for i in range(200)]
-    p = producer(shared_broker.bootstrap, **{"compression.type": codec, "linger.ms": 20})
+    p = producer(any_broker.bootstrap, **{"compression.type": codec, "linger.ms": 20})
     t_before = int(time.time() * 1000)
     acks = produce_acked(p, topic, items)
     assert sorted(a.offset for a in acks) == list(range(len(items)))
 
-    got = consume(shared_broker.bootstrap, topic, {0: 0}, len(items))
+    got = consume(any_broker.bootstrap, topic, {0: 0}, len(items))
     assert [r.offset for r in got] == list(range(len(items)))
     for r, item in zip(got, items, strict=True):
         assert (r.key, r.value) == (item.get("key"), item.get("value"))
@@ -146,12 +155,12 @@ def test_roundtrip_keys_values_headers_nulls(shared_broker: BrokerProcess, codec
             assert t_before - 1000 <= r.timestamp <= int(time.time() * 1000) + 1000
 
 
-def test_keyed_partitioning_16_partitions(shared_broker: BrokerProcess) -> None:
+def test_keyed_partitioning_16_partitions(any_broker: BrokerProcess) -> None:
     topic = unique_topic("cf-keyed")
-    create_topic(shared_broker.bootstrap, topic, 16)
+    create_topic(any_broker.bootstrap, topic, 16)
     keys = [f"user-{k}".encode() for k in range(64)]
     items = [{"key": keys[i % 64], "value": f"{i}".encode()} for i in range(64 * 15)]
-    p = producer(shared_broker.bootstrap, **{"compression.type": "lz4", "linger.ms": 10})
+    p = producer(any_broker.bootstrap, **{"compression.type": "lz4", "linger.ms": 10})
     acks = produce_acked(p, topic, items)
     ack_part = {a.value: a.partition for a in acks}
     ends = {part: 0 for part in range(16)}
@@ -159,7 +168,7 @@ def test_keyed_partitioning_16_partitions(shared_broker: BrokerProcess) -> None:
         ends[a.partition] = max(ends[a.partition], a.offset + 1)
     assert len([e for e in ends.values() if e]) >= 12  # 64 keys spread over the partitions
 
-    got = consume(shared_broker.bootstrap, topic, {part: 0 for part in range(16)}, len(items))
+    got = consume(any_broker.bootstrap, topic, {part: 0 for part in range(16)}, len(items))
     key_part: dict[bytes, int] = {}
     last_seq: dict[bytes, int] = {}
     for r in got:
@@ -178,7 +187,7 @@ def test_keyed_partitioning_16_partitions(shared_broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
-def test_large_messages_and_batches(shared_broker: BrokerProcess, codec: str) -> None:
+def test_large_messages_and_batches(any_broker: BrokerProcess, codec: str) -> None:
     topic = unique_topic(f"cf-large-{codec}")
     big = [payload(i, 1_500_000 + i) for i in range(3)]
     small = [payload(100 + i, 8_000) for i in range(300)]  # one ~2.4 MiB batch
@@ -188,25 +197,25 @@ def test_large_messages_and_batches(shared_broker: BrokerProcess, codec: str) ->
         "batch.size": 8_000_000,
         "linger.ms": 200,
     }
-    p = producer(shared_broker.bootstrap, **conf)
+    p = producer(any_broker.bootstrap, **conf)
     acks = produce_acked(p, topic, [{"value": v} for v in big])
     acks += produce_acked(p, topic, [{"key": b"s", "value": v} for v in small])
     assert sorted(a.offset for a in acks) == list(range(303))
     got = consume(
-        shared_broker.bootstrap, topic, {0: 0}, 303, **{"fetch.message.max.bytes": 1_000_000}
+        any_broker.bootstrap, topic, {0: 0}, 303, **{"fetch.message.max.bytes": 1_000_000}
     )
     assert [r.value for r in got] == big + small
     assert [r.offset for r in got] == list(range(303))
 
 
-def test_list_offsets_and_offsets_for_times(shared_broker: BrokerProcess) -> None:
+def test_list_offsets_and_offsets_for_times(any_broker: BrokerProcess) -> None:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     topic = unique_topic("cf-offsets")
-    create_topic(shared_broker.bootstrap, topic, 2)
+    create_topic(any_broker.bootstrap, topic, 2)
     base = 1_600_000_000_000
-    p = producer(shared_broker.bootstrap, **{"linger.ms": 5})
+    p = producer(any_broker.bootstrap, **{"linger.ms": 5})
     # 20 records on partition 0 with timestamps base, base+1000, ...; batches of 5
     for chunk in range(4):
         items = [
@@ -214,7 +223,7 @@ def test_list_offsets_and_offsets_for_times(shared_broker: BrokerProcess) -> Non
             for i in range(chunk * 5, chunk * 5 + 5)
         ]
         produce_acked(p, topic, items)
-    c = consumer(shared_broker.bootstrap)
+    c = consumer(any_broker.bootstrap)
     try:
         assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT) == (0, 20)
         assert c.get_watermark_offsets(TopicPartition(topic, 1), timeout=TIMEOUT) == (0, 0)
@@ -234,7 +243,7 @@ def test_list_offsets_and_offsets_for_times(shared_broker: BrokerProcess) -> Non
     finally:
         c.close()
 
-    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": any_broker.bootstrap})
     tp0 = TopicPartition(topic, 0)
     for spec, want in [
         (OffsetSpec.earliest(), 0),
@@ -246,16 +255,16 @@ def test_list_offsets_and_offsets_for_times(shared_broker: BrokerProcess) -> Non
         assert fut.result(timeout=TIMEOUT).offset == want
 
 
-def test_seek_into_middle_of_batch(shared_broker: BrokerProcess) -> None:
+def test_seek_into_middle_of_batch(any_broker: BrokerProcess) -> None:
     from confluent_kafka import TopicPartition
 
     topic = unique_topic("cf-seek")
-    p = producer(shared_broker.bootstrap, **{"linger.ms": 200, "compression.type": "snappy"})
+    p = producer(any_broker.bootstrap, **{"linger.ms": 200, "compression.type": "snappy"})
     produce_acked(p, topic, [{"value": f"m{i}".encode()} for i in range(10)])  # one batch
-    got = consume(shared_broker.bootstrap, topic, {0: 5}, 5)
+    got = consume(any_broker.bootstrap, topic, {0: 5}, 5)
     assert [(r.offset, r.value) for r in got] == [(i, f"m{i}".encode()) for i in range(5, 10)]
 
-    c = consumer(shared_broker.bootstrap)
+    c = consumer(any_broker.bootstrap)
     try:
         c.assign([TopicPartition(topic, 0, 8)])
         m = c.poll(TIMEOUT)
@@ -293,22 +302,101 @@ def test_offset_out_of_range_reset(shared_broker: BrokerProcess, reset: str) -> 
         c.close()
 
 
-def test_idempotent_producer_exact_count(shared_broker: BrokerProcess) -> None:
+def test_long_poll_fetch_is_woken_by_produce(any_broker: BrokerProcess) -> None:
+    """A consumer waiting at the log end (fetch.wait.max.ms=5s) gets a new record at once."""
+    from confluent_kafka import TopicPartition
+
+    topic = unique_topic("cf-longpoll")
+    p = producer(any_broker.bootstrap, **{"linger.ms": 0})
+    produce_acked(p, topic, [{"value": b"first"}])
+    c = consumer(any_broker.bootstrap, **{"fetch.wait.max.ms": 5000})
+    try:
+        c.assign([TopicPartition(topic, 0, 1)])
+        assert c.poll(1.0) is None  # the fetch is now parked at the log end
+        delays = []
+        for i in range(3):
+            t0 = time.monotonic()
+            produce_acked(p, topic, [{"value": b"%d" % i}])
+            m = c.poll(TIMEOUT)
+            delays.append(time.monotonic() - t0)
+            assert m is not None and m.error() is None and (m.offset(), m.value()) == (1 + i, b"%d" % i)
+        assert max(delays) < 2.0, delays
+    finally:
+        c.close()
+
+
+def test_concurrent_produce_and_consume(any_broker: BrokerProcess) -> None:
+    """A consumer tailing the log while a producer streams sees every record in order."""
+    import threading
+
+    topic = unique_topic("cf-tail")
+    p = producer(any_broker.bootstrap, **{"linger.ms": 1, "batch.num.messages": 30})
+    produce_acked(p, topic, [{"value": b"0"}])
+    n = 3000
+    result: list[list[Rec]] = []
+    reader = threading.Thread(
+        target=lambda: result.append(consume(any_broker.bootstrap, topic, {0: 0}, n + 1, 40.0))
+    )
+    reader.start()
+    for start in range(1, n + 1, 100):
+        produce_acked(p, topic, [{"value": b"%d" % i} for i in range(start, start + 100)])
+    reader.join(60)
+    assert not reader.is_alive() and len(result) == 1
+    assert [(r.offset, r.value) for r in result[0]] == [(i, b"%d" % i) for i in range(n + 1)]
+
+
+def test_idempotent_producer_exact_count(any_broker: BrokerProcess) -> None:
     topic = unique_topic("cf-idem")
-    create_topic(shared_broker.bootstrap, topic, 4)
+    create_topic(any_broker.bootstrap, topic, 4)
     p = producer(
-        shared_broker.bootstrap,
+        any_broker.bootstrap,
         **{"enable.idempotence": True, "linger.ms": 2, "max.in.flight": 5, "batch.size": 20_000},
     )
     n = 5000
-    acks = produce_acked(p, topic, [{"key": f"{i % 97}".encode(), "value": b"%d" % i} for i in range(n)])
+    acks = produce_acked(
+        p, topic, [{"key": f"{i % 97}".encode(), "value": b"%d" % i} for i in range(n)]
+    )
     ends = {part: 1 + max(a.offset for a in acks if a.partition == part) for part in range(4)}
     assert sum(ends.values()) == n
-    got = consume(shared_broker.bootstrap, topic, {part: 0 for part in range(4)}, n)
+    got = consume(any_broker.bootstrap, topic, {part: 0 for part in range(4)}, n)
     assert sorted(int(r.value or b"") for r in got) == list(range(n))
     assert {(a.partition, a.offset, a.value) for a in acks} == {
         (r.partition, r.offset, r.value) for r in got
     }
+
+
+def test_idempotent_retries_of_lost_responses_are_deduplicated(tmp_path: Path) -> None:
+    """Every 7th Produce response is lost on the way back (the connection is cut after the
+    broker committed): the producer retries those batches, and each record still lands
+    exactly once, at the offset its delivery report names."""
+    proxy_port = free_port()
+    b = start_broker(
+        tmp_path / "b",
+        extra_args=("--advertised-listener", f"127.0.0.1:{proxy_port}", "--default-partitions", "2"),
+    )
+    proxy = DroppingProxy(proxy_port, b.port, drop_every=7).start()
+    try:
+        topic = unique_topic("cf-idem-retry")
+        conf = {
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "batch.num.messages": 25,
+            "message.timeout.ms": 60_000,
+            "reconnect.backoff.ms": 20,
+        }
+        p = producer(f"127.0.0.1:{proxy_port}", **conf)
+        n = 2000
+        items = [{"key": b"%d" % (i % 5), "value": b"%d" % i} for i in range(n)]
+        acks = produce_acked(p, topic, items)
+        assert proxy.dropped >= 3, (proxy.dropped, proxy.produce_responses)
+        got = consume(f"127.0.0.1:{proxy_port}", topic, {0: 0, 1: 0}, n)
+        assert sorted(int(r.value or b"") for r in got) == list(range(n))
+        assert {(a.partition, a.offset, a.value) for a in acks} == {
+            (r.partition, r.offset, r.value) for r in got
+        }
+    finally:
+        proxy.stop()
+        b.stop()
 
 
 def _produce_through_kill9(b: BrokerProcess, topic: str, n: int) -> tuple[list[Ack], list[Any]]:
@@ -348,8 +436,17 @@ def _produce_through_kill9(b: BrokerProcess, topic: str, n: int) -> tuple[list[A
     return acks, errors
 
 
-def test_idempotent_producer_survives_broker_kill9(tmp_path: Path) -> None:
-    b = start_broker(tmp_path / "b", extra_args=("--default-partitions", "3"))
+def _start(request: pytest.FixtureRequest, backend: str, workdir: Path, *args: str) -> BrokerProcess:
+    kwargs = backend_kwargs(request, backend)
+    kwargs["extra_args"] = (*kwargs.get("extra_args", ()), *args)
+    return start_broker(workdir, **kwargs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_idempotent_producer_survives_broker_kill9(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
+) -> None:
+    b = _start(request, backend, tmp_path / "b", "--default-partitions", "3")
     try:
         topic = unique_topic("cf-idem-kill")
         n = 3000
@@ -373,8 +470,11 @@ def test_idempotent_producer_survives_broker_kill9(tmp_path: Path) -> None:
         b.stop()
 
 
-def test_restart_recovery_after_kill9(tmp_path: Path) -> None:
-    b = start_broker(tmp_path / "b", extra_args=("--default-partitions", "3"))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_restart_recovery_after_kill9(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
+) -> None:
+    b = _start(request, backend, tmp_path / "b", "--default-partitions", "3")
     try:
         topic = unique_topic("cf-recover")
         p = producer(b.bootstrap, **{"acks": "all", "linger.ms": 5, "compression.type": "gzip"})
@@ -387,8 +487,14 @@ def test_restart_recovery_after_kill9(tmp_path: Path) -> None:
         assert {(a.partition, a.offset, a.key, a.value) for a in acks} == {
             (r.partition, r.offset, r.key, r.value) for r in got
         }
+        # a cold read (nothing cached after the restart) into the middle of a batch
+        mid = ends[0] // 2 + 1
+        tail = consume(b.bootstrap, topic, {0: mid}, ends[0] - mid)
+        assert [r.offset for r in tail] == list(range(mid, ends[0]))
         p2 = producer(b.bootstrap, **{"acks": "all", "linger.ms": 5})
-        more = produce_acked(p2, topic, [{"partition": part, "value": b"after"} for part in range(3)])
+        more = produce_acked(
+            p2, topic, [{"partition": part, "value": b"after"} for part in range(3)]
+        )
         assert sorted((a.partition, a.offset) for a in more) == sorted(ends.items())
     finally:
         b.stop()

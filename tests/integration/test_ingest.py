@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +22,8 @@ from ingest_job.job import IngestConfig, IngestSummary, run_ingest
 from ingest_job.model import IngestError
 from protocol.compression import Compression
 from segments.store import open_store
+from tests.fixtures.broker import BrokerProcess
+from tests.fixtures.s3 import S3Endpoint, create_bucket
 from tests.unit.ingest_job.conftest import KafsEnv
 from tests.unit.ingest_job.segdata import Rec, rows_of, values_for
 
@@ -89,7 +92,7 @@ def _duckdb_rows(env: KafsEnv, table: str) -> list[Rec]:
         (path,) = base.glob(f"*/{name}.duckdb_extension")
         con.execute(f"LOAD '{path}'")
     got = con.execute(
-        "SELECT topic, partition, \"offset\", timestamp, key, value, headers "
+        'SELECT topic, partition, "offset", epoch_us(timestamp), key, value, headers '
         f"FROM iceberg_scan('{location.removeprefix('file://')}')"
     ).fetchall()
     cols = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
@@ -178,7 +181,9 @@ async def test_corrupt_segment_commits_nothing_then_gap_lets_it_continue(
     await w.append(values_for("c", 0, 20, 20), mangle=flip)
     after = await w.append(values_for("c", 0, 40, 20))
     cfg = _cfg(env, ("c",), unit_bytes=1)  # one task per segment
-    with pytest.raises(IngestError, match=r"default/c/0/segment-0+20\.kfs \(c/0 offsets 20\.\.39\)"):
+    with pytest.raises(
+        IngestError, match=r"default/c/0/segment-0+20\.kfs \(c/0 offsets 20\.\.39\)"
+    ):
         await _ingest(spark, cfg)
     catalog = cat.open_catalog(None, str(env.data_dir))
     tbl = catalog.load_table(("kafscale", "c"))
@@ -224,3 +229,83 @@ async def test_kafs_data_source(spark: SparkSession, env: KafsEnv) -> None:
         (r.partition, r.offset, r.key, r.value, r.headers) for r in _sorted(expect)
     ]
     assert os.environ["PYSPARK_PYTHON"]
+
+
+async def test_s3_segments_etcd_manifest_s3_warehouse(
+    spark: SparkSession,
+    tmp_path: Path,
+    seaweedfs_s3: S3Endpoint,
+    etcd_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SeaweedFS holds the segments and the Iceberg warehouse; etcd holds the manifest."""
+    bucket = create_bucket(seaweedfs_s3)
+    store_url = seaweedfs_s3.store_url(bucket, "kafs")
+    prefix = f"/it-{uuid.uuid4().hex[:8]}"
+    store = open_store(store_url)
+    meta = open_meta(etcd_url, prefix=prefix)
+    try:
+        s3env = KafsEnv(tmp_path, store_url, store, meta)
+        want: list[Rec] = []
+        for w in await s3env.topic("s3t", 2):
+            for codec in (Compression.ZSTD, Compression.SNAPPY):
+                want += await w.append(values_for("s3t", w.partition, w.next_offset, 50), codec)
+    finally:
+        await meta.close()
+        await store.close()
+    for key, val in {
+        "TYPE": "sql",
+        "URI": f"sqlite:///{tmp_path}/s3cat.db",
+        "WAREHOUSE": f"s3://{bucket}/warehouse",
+        "S3__ENDPOINT": seaweedfs_s3.url,
+        "S3__ACCESS_KEY_ID": seaweedfs_s3.access_key,
+        "S3__SECRET_ACCESS_KEY": seaweedfs_s3.secret_key,
+        "S3__REGION": seaweedfs_s3.region,
+    }.items():
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__S3CAT__{key}", val)
+    cfg = IngestConfig(
+        topics=("s3t",), store_url=store_url, meta_url=etcd_url, meta_prefix=prefix,
+        data_dir=str(tmp_path), catalog="s3cat", master="local[2]", value_format="json",
+    )  # fmt: skip
+    s = await _ingest(spark, cfg)
+    assert s.rows == len(want)
+    catalog = cat.open_catalog("s3cat")
+    tbl = catalog.load_table(("kafscale", "s3t"))
+    assert tbl.location().startswith(f"s3://{bucket}/warehouse")
+    assert rows_of(tbl.scan().to_arrow().to_pylist()) == _sorted(want)
+    assert (await _ingest(spark, cfg)).rows == 0
+
+
+async def test_records_produced_through_the_broker_every_codec(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    """confluent-kafka (librdkafka) produces with each codec; the table holds exactly that."""
+    from confluent_kafka import Producer
+
+    sent: list[tuple[bytes, bytes, tuple[tuple[str, bytes], ...]]] = []
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        producer = Producer(
+            {"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 5}
+        )
+        for i in range(150):
+            key = f"{codec}-{i}".encode()
+            value = f'{{"codec": "{codec}", "i": {i}, "pad": "{"x" * (i % 50)}"}}'.encode()
+            headers = (("codec", codec.encode()),) if i % 2 else ()
+            producer.produce("bk", value=value, key=key, headers=list(headers))
+            sent.append((key, value, headers))
+        assert producer.flush(30) == 0
+    data = broker.workdir / "data"
+    cfg = IngestConfig(
+        topics=("bk",), store_url=f"file://{data}", data_dir=str(data),
+        master="local[2]", value_format="json", partition_by="none",
+    )  # fmt: skip
+    s = await _ingest(spark, cfg)
+    assert s.rows == len(sent) and s.dead_letters == 0
+    catalog = cat.open_catalog(None, str(data))
+    rows = catalog.load_table(("kafscale", "bk")).scan().to_arrow().to_pylist()
+    assert sorted(r["offset"] for r in rows) == list(range(len(sent)))
+    got = sorted(
+        (r["key"], r["value"], tuple((h["key"], h["value"]) for h in r["headers"])) for r in rows
+    )
+    assert got == sorted(sent)
+    assert {r["codec"] for r in rows} == {"none", "gzip", "snappy", "lz4", "zstd"}

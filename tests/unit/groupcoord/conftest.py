@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -65,7 +66,7 @@ def join_req(
     member_id: str = "",
     protocols: tuple[tuple[str, bytes], ...] = (("range", b"m"),),
     session_ms: int = 10_000,
-    rebalance_ms: int = 2_000,
+    rebalance_ms: int = 500,
     instance_id: str | None = None,
     protocol_type: str = "consumer",
     client_id: str = "c",
@@ -92,5 +93,8 @@ async def full_join(coord: GroupCoordinator, **kw: object) -> JoinResult:
     return await coord.join_group(join_req(**kw))  # type: ignore[arg-type]
 
 
-def spawn(coro: object) -> asyncio.Task[JoinResult]:
-    return asyncio.ensure_future(coro)  # type: ignore[arg-type]
+T = TypeVar("T")
+
+
+def spawn(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    return asyncio.ensure_future(coro)

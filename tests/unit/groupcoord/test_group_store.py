@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -105,3 +106,35 @@ async def test_coordinator_resumes_from_store_after_restart(meta: MetaStore) -> 
         assert set(ok.values()) == {0}
     finally:
         await c2.stop()
+
+
+async def test_concurrent_commits_share_transactions(meta: MetaStore) -> None:
+    store = MetaGroupStore(meta)
+    before = await meta.put("/probe", b"")
+    await asyncio.gather(
+        *(
+            store.commit_offsets(
+                f"g{i}", [(TopicPartition("t", p), OffsetRecord(i)) for p in range(3)]
+            )
+            for i in range(20)
+        )
+    )
+    after = await meta.put("/probe", b"")
+    assert after - before - 1 < 20  # fewer transactions than requests (each bumps the revision)
+    for i in range(20):
+        got = await store.fetch_offsets(f"g{i}")
+        assert {tp.partition: r.offset for tp, r in got.items()} == {0: i, 1: i, 2: i}
+
+
+async def test_a_failed_group_commit_fails_every_request_in_it(tmp_path: Path) -> None:
+    meta = EmbeddedStore(str(tmp_path / "meta"))
+    store = MetaGroupStore(meta)
+    await meta.close()  # every write now fails
+    results = await asyncio.gather(
+        *(
+            store.commit_offsets(f"g{i}", [(TopicPartition("t", 0), OffsetRecord(1))])
+            for i in range(3)
+        ),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, Exception) for r in results)

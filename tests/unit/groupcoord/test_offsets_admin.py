@@ -143,3 +143,24 @@ async def test_join_after_ownership_unload_reloads_state(coord: GroupCoordinator
     assert await coord.heartbeat("g", 1, ids[0], None) is E.NONE
     rejoin = await coord.join_group(join_req(member_id=ids[0]))
     assert rejoin.error is E.NONE and rejoin.generation == 2
+
+
+async def test_drop_unowned_unloads_moved_groups_and_answers_waiters(env: Env) -> None:
+    owned = {"g", "other"}
+    coord = env.make()
+    coord.owns_group = lambda g: g in owned
+    await form_stable(coord, 1, group="other")
+    a = await coord.join_group(join_req())
+    b = await coord.join_group(join_req())
+    ja, jb = await asyncio.gather(
+        coord.join_group(join_req(member_id=a.member_id)),
+        coord.join_group(join_req(member_id=b.member_id)),
+    )
+    follower = ja if not ja.members else jb
+    sync = asyncio.ensure_future(coord.sync_group("g", 1, follower.member_id, None, {}))
+    await asyncio.sleep(0.01)
+    assert not sync.done()  # waiting for the leader
+    owned.discard("g")
+    coord.drop_unowned()
+    assert set(coord.groups) == {"other"}
+    assert (await sync).error is E.NOT_COORDINATOR

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from broker.meta.base import MetaStore
 from protocol.records import build_batch
 from segments.format import build_segment, segment_key
-from segments.store import ObjectStore
+from segments.store import Buffer, ObjectStore
 
 BASE_TS = 1_763_769_600_000  # 2025-11-22T00:00:00Z
 
@@ -81,11 +81,11 @@ class PartitionWriter:
             batch = build_batch(recs, base_offset=off0, compression=compression, timestamps=tss)
             batches.append(memoryview(batch))
         seg = build_segment(base, batches)
-        key = segment_key(self.namespace, self.topic, self.partition, base)
-        buffers: Sequence[bytes | memoryview] = seg.buffers
+        obj_key = segment_key(self.namespace, self.topic, self.partition, base)
+        buffers: Sequence[Buffer] = seg.buffers
         if mangle is not None:  # a segment written corrupt (its manifest ETag matches)
             buffers = [mangle(bytearray(b"".join(bytes(b) for b in seg.buffers)))]
-        etag = await self.store.put_if_absent(key, buffers)
+        etag = await self.store.put_if_absent(obj_key, buffers)
         self.next_offset = seg.last_offset + 1
         if commit:
             await self.commit_entry(base, seg.last_offset, seg.size, seg.record_count, etag)
@@ -116,7 +116,7 @@ def rows_of(table_rows: Sequence[dict[str, object]]) -> list[Rec]:
     for r in table_rows:
         ts = r["timestamp"]
         ms = int(ts.timestamp() * 1000) if hasattr(ts, "timestamp") else int(ts) // 1000  # type: ignore[union-attr, call-overload]
-        hdrs = tuple((h["key"], h["value"]) for h in (r.get("headers") or []))  # type: ignore[union-attr, index]
+        hdrs = tuple((h["key"], h["value"]) for h in (r.get("headers") or []))  # type: ignore[union-attr, index, attr-defined]
         out.append(
             Rec(
                 str(r["topic"]),

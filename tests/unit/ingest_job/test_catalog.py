@@ -30,7 +30,9 @@ async def _write(
 ) -> list[WrittenFile]:
     """Run the task for every unit of topic t from ``start``; returns the written files."""
     tbl = cat.ensure_table(catalog, NS, "t", "day")
-    dests = [Destination("t", tbl.location(), ((("t", 0), start),), tuple(cat.json_fields(tbl).items()))]
+    dests = [
+        Destination("t", tbl.location(), ((("t", 0), start),), tuple(cat.json_fields(tbl).items()))
+    ]
     if fmt == "json":
         dl = cat.ensure_table(catalog, NS, "t_dead_letters", "day", dead_letter=True)
         dests.append(Destination("t_dead_letters", dl.location(), ((("t", 0), start),)))
@@ -56,14 +58,18 @@ def test_tables_are_created_with_retries_off_and_partitioned(catalog: Catalog) -
     assert cat.table_offsets(tbl) == {}
 
 
-async def test_commit_carries_offsets_and_rerun_sees_them(kafs_env: KafsEnv, catalog: Catalog) -> None:
+async def test_commit_carries_offsets_and_rerun_sees_them(
+    kafs_env: KafsEnv, catalog: Catalog
+) -> None:
     (w,) = await kafs_env.topic("t")
     await w.append(values_for("t", 0, 0, 25))
     files = await _write(kafs_env, catalog, 0)
     res = cat.commit_files(catalog, (NS, "t"), {}, {("t", 0): 25}, files)
     assert res.records == 25 and res.files == len(files)
     tbl = catalog.load_table((NS, "t"))
-    assert tbl.current_snapshot().summary[OFFSETS_PROPERTY] == '{"t":{"0":25}}'
+    snap = tbl.current_snapshot()
+    assert snap is not None and snap.summary is not None
+    assert snap.summary[OFFSETS_PROPERTY] == '{"t":{"0":25}}'
     assert cat.table_offsets(tbl) == {("t", 0): 25}
     assert sorted(tbl.scan().to_arrow().column("offset").to_pylist()) == list(range(25))
     # an empty commit still moves the offsets (e.g. everything went elsewhere)
@@ -71,7 +77,9 @@ async def test_commit_carries_offsets_and_rerun_sees_them(kafs_env: KafsEnv, cat
     assert cat.table_offsets(catalog.load_table((NS, "t"))) == {("t", 0): 30}
 
 
-async def test_second_run_from_the_same_offsets_is_dropped(kafs_env: KafsEnv, catalog: Catalog) -> None:
+async def test_second_run_from_the_same_offsets_is_dropped(
+    kafs_env: KafsEnv, catalog: Catalog
+) -> None:
     (w,) = await kafs_env.topic("t")
     await w.append(values_for("t", 0, 0, 10))
     first = await _write(kafs_env, catalog, 0)
@@ -93,20 +101,26 @@ async def test_offsets_found_behind_foreign_snapshots(kafs_env: KafsEnv, catalog
     write_parquet(tbl.io, extra, tbl.scan().to_arrow().slice(0, 1))
     tbl.add_files([extra])  # someone else's snapshot, without offsets
     tbl = catalog.load_table((NS, "t"))
-    assert tbl.current_snapshot().summary.get(OFFSETS_PROPERTY) is None
+    snap = tbl.current_snapshot()
+    assert snap is not None and snap.summary is not None
+    assert snap.summary.get(OFFSETS_PROPERTY) is None
     assert cat.table_offsets(tbl) == {("t", 0): 5}
 
 
 async def test_json_columns_evolve_across_commits(kafs_env: KafsEnv, catalog: Catalog) -> None:
     (w,) = await kafs_env.topic("t")
     await w.append([b'{"a": 1}', b'{"a": 2}'])
-    cat.commit_files(catalog, (NS, "t"), {}, {("t", 0): 2}, await _write(kafs_env, catalog, 0, "json"))
+    cat.commit_files(
+        catalog, (NS, "t"), {}, {("t", 0): 2}, await _write(kafs_env, catalog, 0, "json")
+    )
     await w.append([b'{"a": 3, "b": "new"}'])
     files = await _write(kafs_env, catalog, 2, "json", run="r2")
     cat.commit_files(catalog, (NS, "t"), {("t", 0): 2}, {("t", 0): 3}, files)
     tbl = catalog.load_table((NS, "t"))
     assert cat.json_fields(tbl) == {"a": "long", "b": "string"}
-    rows = sorted(tbl.scan().to_arrow().select(["offset", "a", "b"]).to_pylist(), key=lambda r: r["offset"])
+    rows = sorted(
+        tbl.scan().to_arrow().select(["offset", "a", "b"]).to_pylist(), key=lambda r: r["offset"]
+    )
     assert rows == [
         {"offset": 0, "a": 1, "b": None},
         {"offset": 1, "a": 2, "b": None},
@@ -125,7 +139,10 @@ def test_files_with_conflicting_new_types_are_conformed(catalog: Catalog, tmp_pa
     f2 = f"{tbl.location()}/data/b.parquet"
     write_parquet(tbl.io, f1, base.append_column("x", pa.array([], pa.int64())))
     write_parquet(tbl.io, f2, base.append_column("x", pa.array([], pa.float64())))
-    files = [WrittenFile("c", f1, 0, 0, (("x", "long"),)), WrittenFile("c", f2, 0, 0, (("x", "double"),))]
+    files = [
+        WrittenFile("c", f1, 0, 0, (("x", "long"),)),
+        WrittenFile("c", f2, 0, 0, (("x", "double"),)),
+    ]
     cat.commit_files(catalog, (NS, "c"), {}, {("t", 0): 1}, files)
     tbl = catalog.load_table((NS, "c"))
     assert cat.json_fields(tbl) == {"x": "double"}
@@ -137,7 +154,9 @@ def test_unconfigured_named_catalog_is_a_clear_error(tmp_path: Path) -> None:
         cat.open_catalog("nosuch", str(tmp_path))
 
 
-def test_unreachable_catalog_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_unreachable_catalog_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PYICEBERG_CATALOG__DOWN__TYPE", "sql")
     monkeypatch.setenv("PYICEBERG_CATALOG__DOWN__URI", f"sqlite:///{tmp_path}/no/such/dir/c.db")
     with pytest.raises(IngestError, match="'down'"):

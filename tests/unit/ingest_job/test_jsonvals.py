@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from ingest_job.jsonvals import column_name, coerce, kind_of, merge_kinds, parse_json_values
+from ingest_job.jsonvals import coerce, column_name, kind_of, merge_kinds, parse_json_values
 
 
 def _vals(*objs: object) -> list[bytes | None]:

@@ -8,7 +8,13 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from ingest_job import catalog as cat
-from ingest_job.maintain import MaintainConfig, compact_table, remove_orphans, run_maintain
+from ingest_job.maintain import (
+    MaintainConfig,
+    compact_table,
+    expire_table,
+    remove_orphans,
+    run_maintain,
+)
 from tests.unit.ingest_job.conftest import KafsEnv
 from tests.unit.ingest_job.segdata import values_for
 from tests.unit.ingest_job.test_catalog import NS, _write
@@ -26,7 +32,9 @@ async def _three_commits(env: KafsEnv, catalog: Catalog) -> None:
     for i in range(3):
         await w.append(values_for("t", 0, w.next_offset, 10))
         files = await _write(env, catalog, i * 10, "json", run=f"r{i}")
-        cat.commit_files(catalog, (NS, "t"), {("t", 0): i * 10} if i else {}, {("t", 0): i * 10 + 10}, files)
+        cat.commit_files(
+            catalog, (NS, "t"), {("t", 0): i * 10} if i else {}, {("t", 0): i * 10 + 10}, files
+        )
 
 
 async def test_compaction_keeps_rows_and_offsets(kafs_env: KafsEnv, catalog: Catalog) -> None:
@@ -47,8 +55,6 @@ async def test_expire_then_orphans_removes_replaced_and_stray_files(
     kafs_env: KafsEnv, catalog: Catalog
 ) -> None:
     await _three_commits(kafs_env, catalog)
-    cfg = MaintainConfig(data_dir="unused", namespace=NS, compact=True, expire_snapshots=True,
-                         remove_orphans=True, older_than_hours=0, orphan_age_minutes=0)  # fmt: skip
     tbl = catalog.load_table((NS, "t"))
     stray = f"{tbl.location()}/data/kafscale-deadrun-u00000-a0-000.parquet"
     Path(stray[7:]).parent.mkdir(parents=True, exist_ok=True)
@@ -59,8 +65,6 @@ async def test_expire_then_orphans_removes_replaced_and_stray_files(
     os.utime(stray[7:], (old, old))
     lines = [compact_table(tbl, 1 << 30)]
     tbl = catalog.load_table((NS, "t"))
-    from ingest_job.maintain import expire_table
-
     lines.append(expire_table(tbl, 0))
     tbl = catalog.load_table((NS, "t"))
     lines.append(remove_orphans(tbl, 30))
@@ -71,7 +75,6 @@ async def test_expire_then_orphans_removes_replaced_and_stray_files(
     tbl = catalog.load_table((NS, "t"))
     assert len(tbl.metadata.snapshots) == 1
     assert tbl.scan().to_arrow().num_rows == 30 and cat.table_offsets(tbl) == {("t", 0): 30}
-    del cfg
 
 
 async def test_run_maintain_touches_only_job_tables(

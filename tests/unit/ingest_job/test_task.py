@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +28,9 @@ async def _units(env: KafsEnv) -> tuple[WorkUnit, ...]:
     return plan_units(logs, {}).units
 
 
-async def test_unit_writes_parquet_with_micros_timestamps(kafs_env: KafsEnv, tmp_path: Path) -> None:
+async def test_unit_writes_parquet_with_micros_timestamps(
+    kafs_env: KafsEnv, tmp_path: Path
+) -> None:
     (w,) = await kafs_env.topic("t")
     recs = await w.append(values_for("t", 0, 0, 30), compression=Compression.ZSTD)
     recs += await w.append(values_for("t", 0, 30, 20), compression=Compression.LZ4)
@@ -76,7 +77,11 @@ async def test_day_partitioning_splits_files(kafs_env: KafsEnv, tmp_path: Path) 
     (unit,) = await _units(kafs_env)
     res = await asyncio.to_thread(run_unit, _spec(kafs_env, tmp_path, part="day"), unit)
     days = sorted(f.path.split("/data/")[1].split("/")[0] for f in res.files)
-    assert days == ["timestamp_day=2025-11-22", "timestamp_day=2025-11-23", "timestamp_day=2025-11-24"]
+    assert days == [
+        "timestamp_day=2025-11-22",
+        "timestamp_day=2025-11-23",
+        "timestamp_day=2025-11-24",
+    ]
     assert sum(f.records for f in res.files) == 10
 
 
