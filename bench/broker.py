@@ -55,7 +55,7 @@ class Plan:
 
 
 QUICK = Plan(messages=60_000, paced_rate=2_000, paced_seconds=3.0, partitions=1)
-FULL = Plan(messages=300_000, paced_rate=2_000, paced_seconds=8.0, partitions=1)
+FULL = Plan(messages=150_000, paced_rate=2_000, paced_seconds=5.0, partitions=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +105,10 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
     )
     topic, count, rate = spec["topic"], int(spec["messages"]), float(spec.get("rate", 0))
     partitions = int(spec["partitions"])
-    producer.list_topics(topic, timeout=30)  # connect and learn the leader first
     payload = os.urandom(int(spec["size"]))
+    producer.produce(topic, payload, partition=0)  # connect (and get a producer id) first
+    producer.flush(30)
+    latencies.clear()
     start = time.perf_counter()
     for i in range(count):
         if rate:
@@ -134,33 +136,52 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _window(consumer: Any, topic: str, partitions: int) -> int:
+    """(Re-)assign every partition at its log start; the messages up to the log end."""
+    from confluent_kafka import TopicPartition
+
+    tps, total = [], 0
+    for p in range(partitions):
+        lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        tps.append(TopicPartition(topic, p, lo))
+        total += hi - lo
+    consumer.assign(tps)
+    return total
+
+
 def _consume(spec: dict[str, Any]) -> dict[str, Any]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    """Read ``messages`` from the beginning. With ``rewind`` (the mock, which keeps only
+    ~5 MB per partition) the retained window is read again and again until then."""
+    from confluent_kafka import Consumer
 
     consumer = Consumer(
         {
             "bootstrap.servers": spec["bootstrap"],
             "group.id": f"bench-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
             "log_level": 3,
+            # rewinding: the watermark query waits behind an idle long poll at the log end
+            **({"fetch.wait.max.ms": 5} if spec.get("rewind") else {}),
         }
     )
-    topic, count = spec["topic"], int(spec["messages"])
-    consumer.assign(
-        [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(int(spec["partitions"]))]
-    )
-    got = nbytes = errors = 0
+    topic, count, rewind = spec["topic"], int(spec["messages"]), bool(spec.get("rewind"))
+    partitions = int(spec["partitions"])
+    got = nbytes = errors = rewinds = 0
+    window = _window(consumer, topic, partitions)
     start = time.perf_counter()
     deadline = start + WORKER_TIMEOUT
     first_at, first_n, first_b = 0.0, 0, 0
     while got < count and time.perf_counter() < deadline:
-        for m in consumer.consume(10_000, 1.0):
+        if rewind and window <= 0:
+            window, rewinds = _window(consumer, topic, partitions), rewinds + 1
+        # ask for no more than is there: consume() waits out its timeout when short
+        for m in consumer.consume(min(10_000, count - got, window if rewind else count), 1.0):
             if m.error() is not None:
                 errors += 1
                 continue
             got += 1
-            nbytes += len(m.value())
+            window -= 1
+            nbytes += len(m.value() or b"")
         if got and not first_at:  # steady state is timed from the first batch on
             first_at, first_n, first_b = time.perf_counter(), got, nbytes
     end = time.perf_counter()
@@ -173,6 +194,7 @@ def _consume(spec: dict[str, Any]) -> dict[str, Any]:
         "steady_bytes": nbytes - first_b,
         "steady_seconds": end - first_at if first_at else 0.0,
         "errors": errors,
+        "rewinds": rewinds,
     }
 
 
@@ -263,6 +285,18 @@ def _status_bytes(pid: int, field_name: str) -> int:
     except OSError:
         pass
     return 0
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process and its reaped children (all threads)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 GAUGES = ("kafscale_inflight_bytes", "kafscale_pending_bytes", "kafscale_segment_cache_bytes")
@@ -372,41 +406,74 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
         fut.result(30)
 
 
-def run_target(target: Target, plan: Plan, spy_dir: Path | None) -> dict[str, Any]:
-    run = uuid.uuid4().hex[:6]
+PHASES = ("produce", "produce_idem", "paced", "consume")
+
+
+def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, Any]]:
     topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced")}
     if target.name != "mock":
         create_topics(target.bootstrap, list(topics.values()), plan.partitions)
     base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions}
-    sampler = Sampler(target.pid, target.metrics_url).start() if target.pid else None
-    results: dict[str, Any] = {}
+    specs: dict[str, dict[str, Any]] = {
+        "produce": {"kind": "produce", "topic": topics["produce"], "messages": plan.messages,
+                    "idempotence": False},
+        "produce_idem": {"kind": "produce", "topic": topics["idem"], "messages": plan.messages,
+                         "idempotence": True},
+        "paced": {"kind": "produce", "topic": topics["paced"], "idempotence": True,
+                  "messages": int(plan.paced_rate * plan.paced_seconds), "rate": plan.paced_rate},
+        "consume": {"kind": "consume", "topic": topics["produce"], "messages": plan.messages,
+                    "rewind": target.name == "mock"},
+    }  # fmt: skip
+    return {k: {**base, **v} for k, v in specs.items()}
+
+
+def _run_phase(target: Target, phase: str, spec: dict[str, Any], spy: Path | None) -> Any:
+    cpu = _cpu_seconds(target.pid)
+    with profiled(target, phase, spy):
+        res = run_worker(spec)
+    res["server_cpu_s"] = _cpu_seconds(target.pid) - cpu
+    print(f"  {target.name:<6} {phase:<13} {_brief(res)}", flush=True)
+    return res
+
+
+def _median(trials: list[dict[str, Any]], phase: str) -> dict[str, Any]:
+    """The trial with the median figure (throughput; p50 for the paced run)."""
+    key = (lambda r: r["p50_ms"]) if phase == "paced" else (lambda r: _rate(r, True)[0])
+    return sorted(trials, key=key)[len(trials) // 2]
+
+
+def run_targets(
+    targets: list[Target], plan: Plan, rounds: int, spy_dir: Path | None
+) -> dict[str, dict[str, Any]]:
+    """Every phase on every target in turn (so they share the machine's noise alike),
+    ``rounds`` times; per target and phase the median trial is kept."""
+    samplers = {t.name: Sampler(t.pid, t.metrics_url).start()
+                for t in targets if t.pid and t.metrics_url}  # fmt: skip
+    trials: dict[str, dict[str, list[Any]]] = {t.name: {p: [] for p in PHASES} for t in targets}
     try:
-        phases: list[tuple[str, dict[str, Any]]] = [
-            ("produce", {"kind": "produce", "topic": topics["produce"],
-                         "messages": plan.messages, "idempotence": False}),
-            ("produce_idem", {"kind": "produce", "topic": topics["idem"],
-                              "messages": plan.messages, "idempotence": True}),
-            ("paced", {"kind": "produce", "topic": topics["paced"], "idempotence": True,
-                       "messages": int(plan.paced_rate * plan.paced_seconds),
-                       "rate": plan.paced_rate}),
-            ("consume", {"kind": "consume", "topic": topics["produce"],
-                         "messages": plan.messages}),
-        ]  # fmt: skip
-        for phase, spec in phases:
-            with profiled(target, phase, spy_dir):
-                results[phase] = run_worker({**base, **spec})
-            print(f"  {target.name:<6} {phase:<13} {_brief(results[phase])}", flush=True)
+        for r in range(rounds):
+            print(f"== round {r + 1}/{rounds}", flush=True)
+            specs = {t.name: _phase_specs(t, plan, f"{r}-{uuid.uuid4().hex[:6]}") for t in targets}
+            for phase in PHASES:
+                for t in targets:
+                    trials[t.name][phase].append(
+                        _run_phase(t, phase, specs[t.name][phase], spy_dir)
+                    )
     finally:
-        if sampler is not None:
+        for sampler in samplers.values():
             sampler.stop()
-    if sampler is not None:
-        results["memory"] = {
-            "baseline_rss": sampler.baseline_rss,
-            "max_rss": max(sampler.max_rss, sampler.baseline_rss),
-            "hwm_rss": sampler.hwm(),
-            "limit_bytes": target.limit_bytes,
-            "peaks": sampler.peaks,
-        }
+    results: dict[str, dict[str, Any]] = {}
+    for t in targets:
+        results[t.name] = {p: _median(trials[t.name][p], p) for p in PHASES}
+        results[t.name]["trials"] = trials[t.name]
+        if (sm := samplers.get(t.name)) is not None:
+            results[t.name]["memory"] = {
+                "baseline_rss": sm.baseline_rss,
+                "max_rss": max(sm.max_rss, sm.baseline_rss),
+                "hwm_rss": sm.hwm(),
+                "limit_bytes": t.limit_bytes,
+                "peaks": sm.peaks,
+            }
     return results
 
 
@@ -419,6 +486,8 @@ def _rate(res: dict[str, Any], steady: bool = False) -> tuple[float, float]:
 def _brief(res: dict[str, Any]) -> str:
     mbs, msgs = _rate(res, steady=True)
     text = f"{mbs:8.1f} MB/s {msgs:10.0f} msg/s  ({res['messages']} msgs, {res['errors']} errors)"
+    if res.get("server_cpu_s") and res["bytes"]:
+        text += f"  server CPU {res['server_cpu_s'] * 1000 / (res['bytes'] / MB):.1f} ms/MB"
     if "p50_ms" in res:
         text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
     return text
@@ -512,6 +581,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="~1 minute run (smaller volumes)")
     p.add_argument("--targets", default=",".join(TARGETS), help="subset of local,s3,mock")
     p.add_argument("--messages", type=int, help="messages per full-speed run")
+    p.add_argument("--rounds", type=int, help="rounds (median kept); default 1 quick, 3 full")
     p.add_argument("--partitions", type=int, help="partitions per topic (default 1)")
     p.add_argument("--cache-bytes", type=int, default=64 * MIB)
     p.add_argument("--broker-inflight-bytes", type=int,
@@ -567,14 +637,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown targets: {sorted(unknown)}")
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict[str, Any]] = {}
+    rounds = args.rounds or (1 if args.quick else 3)
     workdir = Path(tempfile.mkdtemp(prefix="kafscale-bench-"))
     try:
-        for name in names:
-            print(f"== {name}", flush=True)
-            with contextlib.ExitStack() as stack:
-                target = _open_target(name, stack, workdir, limits, args)
-                results[name] = run_target(target, plan, args.py_spy)
+        with contextlib.ExitStack() as stack:
+            targets = [_open_target(n, stack, workdir, limits, args) for n in names]
+            results = run_targets(targets, plan, rounds, args.py_spy)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print()

@@ -48,6 +48,9 @@ def rendezvous(key: str, brokers: list[BrokerInfo]) -> BrokerInfo | None:
     return best
 
 
+WATCH_RETRY_S = 0.5  # pause after a failed watch (metadata store down) before a new one
+
+
 class Cluster:
     """This broker's registration and the live membership it sees."""
 
@@ -168,6 +171,7 @@ class Cluster:
                     self._notify()
             except MetaStoreError as exc:
                 log.warning("broker watch failed (%s); resuming", exc)
+                await asyncio.sleep(WATCH_RETRY_S)  # back off before reconnecting
             finally:
                 await watch.aclose()  # type: ignore[attr-defined]
 
@@ -180,6 +184,7 @@ class Cluster:
                     self._apply_owner(ev.type, ev.key, ev.value)
             except MetaStoreError as exc:
                 log.warning("owner watch failed (%s); resuming", exc)
+                await asyncio.sleep(WATCH_RETRY_S)  # back off before reconnecting
             finally:
                 await watch.aclose()  # type: ignore[attr-defined]
 

@@ -36,6 +36,14 @@ class BrokerConfig:
     cache_bytes: int = 256 * 1024 * 1024
     read_ahead_bytes: int = 4 * 1024 * 1024
     index_interval: int = 100
+    # log maintenance on the partition owner (broker/maintenance.py, docs/format.md)
+    merge_interval_ms: int = 1000  # 0: never merge small segments
+    merge_small_bytes: int = 1024 * 1024  # segments below this are merge candidates
+    merge_max_bytes: int = 16 * 1024 * 1024  # a merged segment stays below this
+    merge_min_segments: int = 4  # merge runs of at least this many small segments
+    merge_min_age_ms: int = 2000  # leave segments this young alone (tailing readers)
+    retention_check_interval_ms: int = 30_000  # 0: never enforce retention.ms/.bytes
+    segment_delete_grace_ms: int = 60_000  # replaced objects are deleted this much later
     # cluster (DESIGN §6)
     lease_ttl_s: int = 10
     # groups (issue 3)

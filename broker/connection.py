@@ -129,12 +129,12 @@ class Connection(asyncio.BufferedProtocol):
                 self.close()
                 return
             have = end - pos - 4
-            if have >= size:
-                self._deliver(bytearray(data[pos + 4 : pos + 4 + size]))
+            if have >= size:  # one copy: out of the scratch buffer through a view
+                self._deliver(bytearray(self._scratch_view[pos + 4 : pos + 4 + size]))
                 pos += 4 + size
                 continue
             frame = bytearray(size)
-            frame[:have] = data[pos + 4 : end]
+            frame[:have] = self._scratch_view[pos + 4 : end]
             self._frame, self._frame_pos = frame, have
             pos = end
             break

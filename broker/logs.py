@@ -24,23 +24,46 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, MetaStoreError, Put
-from broker.partition import ACTIVE, RELEASING, PartitionLog, PendingBatch, SegmentMeta
+from broker.partition import (
+    ACTIVE,
+    CLOSED,
+    RELEASING,
+    AppendError,
+    PartitionLog,
+    PendingBatch,
+    SegmentMeta,
+)
 from protocol.batch import iter_batches
 from protocol.errors import ErrorCode, KafkaProtocolError
-from segments.cache import SegmentCache
-from segments.format import build_segment, index_key, parse_index, segment_key
+from segments.cache import CachedSegment, SegmentCache
+from segments.format import (
+    build_segment,
+    index_key,
+    index_key_for,
+    parse_index,
+    partition_prefix,
+    segment_key,
+)
 from segments.reader import read_from, slice_batches
-from segments.store import ObjectExistsError, ObjectStore, StoreError
+from segments.store import (
+    ObjectExistsError,
+    ObjectNotFoundError,
+    ObjectStore,
+    PreconditionFailedError,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.config import BrokerConfig
+    from broker.maintenance import Maintenance
     from broker.topics import TopicManager
 
 log = logging.getLogger(__name__)
 
 WHOLE_READ_LIMIT = 16 * 1024 * 1024  # segments up to this size are read (and cached) whole
 ACQUIRE_WAIT_S = 5.0
+MAX_CYCLES_IN_FLIGHT = 2
 
 
 def _end_key(topic: str, partition: int) -> str:
@@ -53,6 +76,14 @@ def _owner_key(topic: str, partition: int) -> str:
 
 def _seg_entry_key(topic: str, partition: int, base: int) -> str:
     return f"/logs/{topic}/{partition}/segments/{base:020d}"
+
+
+def end_json(next_offset: int, epoch: int, log_start: int) -> bytes:
+    """The value of ``/logs/{t}/{p}/end`` (``log_start``: docs/format.md, log start)."""
+    return json.dumps(
+        {"next_offset": next_offset, "epoch": epoch, "log_start": log_start},
+        separators=(",", ":"),
+    ).encode()
 
 
 def _epoch_key(topic: str, partition: int, epoch: int) -> str:
@@ -81,9 +112,19 @@ class LogManager:
         self._timer: asyncio.TimerHandle | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Task[None]] = set()
+        # flush cycles in flight: the next one uploads while the last one commits
+        self._cycles: list[asyncio.Task[None]] = []
         self.stats = {"flush_cycles": 0, "segments": 0, "segment_bytes": 0, "txns": 0}
+        # serializes manifest transactions of one partition set: flush commits and the
+        # maintenance ones (merge, retention, DeleteRecords) compare the same end revision
+        self.commit_lock = asyncio.Lock()
+        self.maintenance: Maintenance | None = None
 
     async def start(self) -> None:
+        from broker.maintenance import Maintenance
+
+        self.maintenance = Maintenance(self)
+        self.maintenance.start()
         self._flusher = asyncio.create_task(self._flush_loop(), name="flusher")
         self.cluster.add_listener(self._on_membership)
         self.cluster.on_lease_lost(self._drop_all)
@@ -91,6 +132,8 @@ class LogManager:
 
     async def stop(self) -> None:
         """Flush what is buffered, release every partition, stop the flusher."""
+        if self.maintenance is not None:
+            await self.maintenance.stop()
         for lg in list(self.logs.values()):
             lg.state = RELEASING
         await self.flush_all()
@@ -170,10 +213,11 @@ class LogManager:
         end: KeyValue | None,
     ) -> PartitionLog | None:
         okey, ekey = _owner_key(topic, partition), _end_key(topic, partition)
-        next_offset, epoch = 0, 0
+        next_offset, epoch, log_start = 0, 0, 0
         if end is not None:
             d = json.loads(end.value)
             next_offset, epoch = int(d["next_offset"]), int(d["epoch"])
+            log_start = int(d.get("log_start", 0))
         epoch += 1
         owner_value = json.dumps({"broker": self.config.node_id, "epoch": epoch}).encode()
         compares = [
@@ -182,7 +226,7 @@ class LogManager:
             else Compare(okey, "create_revision", "==", 0),
             Compare(ekey, "mod_revision", "==", end.mod_revision if end else 0),
         ]
-        end_value = json.dumps({"next_offset": next_offset, "epoch": epoch}).encode()
+        end_value = end_json(next_offset, epoch, log_start)
         res = await self.meta.txn(
             compares,
             [
@@ -205,10 +249,21 @@ class LogManager:
 
         tid = topic_id if isinstance(topic_id, uuid.UUID) else uuid.UUID(int=0)
         lg = PartitionLog(
-            topic, partition, tid, epoch, owner_value, res.revision, next_offset, segs, epochs
+            topic,
+            partition,
+            tid,
+            epoch,
+            owner_value,
+            res.revision,
+            next_offset,
+            segs,
+            epochs,
+            log_start,
         )
         await self._rebuild_producers(lg)
         self.logs[(topic, partition)] = lg
+        if self.maintenance is not None:
+            self.maintenance.acquired(lg)
         log.info(
             "took ownership of %s-%d at epoch %d (log end %d, %d segments)",
             topic,
@@ -328,10 +383,9 @@ class LogManager:
             ready = [lg for lg in self._dirty if lg.pending]
             self._dirty.clear()
             if ready:
-                try:
-                    await self._flush_cycle(ready)
-                except Exception:  # never let the flusher die
-                    log.exception("flush cycle failed")
+                self._start_cycle(ready)
+                if len(self._cycles) >= MAX_CYCLES_IN_FLIGHT:
+                    await asyncio.wait([self._cycles[0]])
             if self._dirty and self._timer is None and not self._wake.is_set():
                 oldest = min(lg.pending_since for lg in self._dirty if lg.pending)
                 delay = oldest + self.config.flush_interval_ms / 1000
@@ -341,18 +395,42 @@ class LogManager:
                 else:
                     self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
 
-    async def _flush_cycle(self, ready: list[PartitionLog]) -> None:
+    def _start_cycle(self, ready: list[PartitionLog]) -> None:
+        """Take the buffers of ``ready`` now and flush them in a task of their own; its
+        commit waits for the previous cycle's (manifest entries stay in offset order)."""
+        prev = self._cycles[-1] if self._cycles else None
+        jobs = [(lg, lg.take_pending()) for lg in ready]
+        task = asyncio.create_task(self._run_cycle(jobs, prev), name="flush-cycle")
+        self._cycles.append(task)
+        task.add_done_callback(self._cycles.remove)
+
+    async def _run_cycle(
+        self,
+        jobs: list[tuple[PartitionLog, list[PendingBatch]]],
+        prev: asyncio.Task[None] | None,
+    ) -> None:
+        try:
+            await self._flush_cycle(jobs, prev)
+        except Exception:  # never let a failed cycle go unlogged
+            log.exception("flush cycle failed")
+
+    async def _flush_cycle(
+        self,
+        jobs: list[tuple[PartitionLog, list[PendingBatch]]],
+        prev: asyncio.Task[None] | None = None,
+    ) -> None:
         loop = asyncio.get_running_loop()
-        jobs: list[tuple[PartitionLog, list[PendingBatch]]] = []
-        for lg in ready:
-            pend = lg.take_pending()
+        flushing: list[asyncio.Future[None]] = []
+        for lg, _pend in jobs:
             lg.flushing = loop.create_future()
-            jobs.append((lg, pend))
+            flushing.append(lg.flushing)
         try:
             sem = asyncio.Semaphore(self.config.flush_concurrency)
             uploads = await asyncio.gather(
                 *(self._upload(sem, lg, pend) for lg, pend in jobs), return_exceptions=True
             )
+            if prev is not None:  # its commit (or failure) first: it may move hw
+                await asyncio.wait([prev])
             done: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]] = []
             for (lg, pend), res in zip(jobs, uploads, strict=True):
                 if isinstance(res, BaseException):
@@ -362,14 +440,17 @@ class LogManager:
                     lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
                 else:
                     done.append((lg, pend, res))
+            done = _contiguous(done)
             per_txn = max(1, self.meta.max_txn_ops // 2)
-            for i in range(0, len(done), per_txn):
-                await self._commit(done[i : i + per_txn])
+            async with self.commit_lock:
+                for i in range(0, len(done), per_txn):
+                    await self._commit(done[i : i + per_txn])
             self.stats["flush_cycles"] += 1
         finally:
-            for lg, _pend in jobs:
-                fut, lg.flushing = lg.flushing, None
-                if fut is not None and not fut.done():
+            for (lg, _pend), fut in zip(jobs, flushing, strict=True):
+                if lg.flushing is fut:
+                    lg.flushing = None
+                if not fut.done():
                     fut.set_result(None)
 
     async def _upload(
@@ -383,8 +464,11 @@ class LogManager:
             data = b"".join(built.buffers)  # one copy: the store body and the tail cache
             ns = self.config.namespace
             skey = segment_key(ns, lg.topic, lg.partition, base)
-            await self._put_fresh(index_key(ns, lg.topic, lg.partition, base), built.index)
-            etag = await self._put_fresh(skey, data)
+            # both objects at once: each PUT waits mostly on its fsyncs (or S3 round trip)
+            _, etag = await asyncio.gather(
+                self._put_fresh(index_key(ns, lg.topic, lg.partition, base), built.index, lg),
+                self._put_fresh(skey, data, lg),
+            )
             self.cache.put(skey, data, parse_index(built.index), etag)
             self.stats["segments"] += 1
             self.stats["segment_bytes"] += built.size
@@ -392,17 +476,42 @@ class LogManager:
                 base, built.last_offset, built.size, built.record_count, built.max_timestamp, etag
             )
 
-    async def _put_fresh(self, key: str, data: bytes) -> str:
+    async def _put_fresh(self, key: str, data: bytes, owner: PartitionLog | None = None) -> str:
         """Conditional PUT; an object already there is not in the manifest (its base is
         past the committed end), so it is a stray from a crash or a fenced owner: delete
-        it and try again."""
+        it and try again. With ``owner``, only after checking in the metadata store that
+        this broker still owns the partition at the end it knows: a zombie owner (frozen
+        past its lease) must never delete the objects a newer owner committed."""
         for _ in range(3):
             try:
                 return await self.store.put_if_absent(key, [data])
             except ObjectExistsError:
+                if owner is not None and not await self._still_owner(owner):
+                    raise StoreError(f"{key} exists and belongs to a newer owner") from None
                 log.warning("deleting stray object %s (not in the manifest)", key)
                 await self.store.delete(key)
         raise StoreError(f"could not write {key}: it keeps reappearing")
+
+    async def _still_owner(self, lg: PartitionLog) -> bool:
+        """True when the owner key is still ours and nobody committed past our end;
+        otherwise this broker is fenced: it drops the partition at once."""
+        okey, ekey = _owner_key(lg.topic, lg.partition), _end_key(lg.topic, lg.partition)
+        res = await self.meta.txn(
+            [
+                Compare(okey, "value", "==", lg.owner_value),
+                Compare(ekey, "mod_revision", "==", lg.end_rev),
+            ],
+            [],
+        )
+        if res.succeeded:
+            return True
+        log.warning(
+            "lost ownership of %s-%d (epoch %d fenced)", lg.topic, lg.partition, lg.epoch
+        )
+        if self.logs.get((lg.topic, lg.partition)) is lg:
+            self.logs.pop((lg.topic, lg.partition), None)
+        lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return False
 
     async def _commit(self, chunk: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]]) -> None:
         try:
@@ -436,13 +545,19 @@ class LogManager:
             compares.append(Compare(_owner_key(lg.topic, lg.partition), "value", "==", lg.owner_value))
             compares.append(Compare(_end_key(lg.topic, lg.partition), "mod_revision", "==", lg.end_rev))
             ops.append(Put(_seg_entry_key(lg.topic, lg.partition, seg.base), seg.to_json()))
-            end = {"next_offset": seg.last + 1, "epoch": lg.epoch}
-            ops.append(Put(_end_key(lg.topic, lg.partition), json.dumps(end).encode()))
+            end = end_json(seg.last + 1, lg.epoch, lg.log_start)
+            ops.append(Put(_end_key(lg.topic, lg.partition), end))
         return compares, ops
 
     # -- read path ----------------------------------------------------------------------
+    def object_key(self, lg: PartitionLog, seg: SegmentMeta) -> str:
+        """The object key of a committed segment (merged ones name theirs in the entry)."""
+        if seg.key:
+            return partition_prefix(self.config.namespace, lg.topic, lg.partition) + seg.key
+        return segment_key(self.config.namespace, lg.topic, lg.partition, seg.base)
+
     async def _segment_data(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
-        key = segment_key(self.config.namespace, lg.topic, lg.partition, seg.base)
+        key = self.object_key(lg, seg)
         cached = self.cache.get(key, seg.etag)
         if cached is not None:
             return cached.data  # type: ignore[return-value]
@@ -452,30 +567,41 @@ class LogManager:
 
     async def read(self, lg: PartitionLog, offset: int, max_bytes: int) -> list[memoryview]:
         """Whole batches from ``offset`` (at least one when any is committed), up to
-        ``max_bytes``; continues into following segments while they are cached."""
+        ``max_bytes``; continues into following segments while they are cached.
+
+        The segment holding each offset is looked up afresh in ``lg.segments`` (a merge or
+        a head truncation may swap the list while a read waits); a segment object gone
+        from the store (merged away, then deleted after the grace period) is resolved
+        against the current manifest once more before the error is raised."""
         out: list[memoryview] = []
         total = 0
-        idx = lg.segment_index(offset)
         remote_reads = 0
-        while 0 <= idx < len(lg.segments) and offset < lg.hw and total < max_bytes:
+        retried = False
+        while offset < lg.hw and total < max_bytes:
+            idx = lg.segment_index(offset)
+            if idx < 0:
+                break
             seg = lg.segments[idx]
-            key = segment_key(self.config.namespace, lg.topic, lg.partition, seg.base)
+            if seg.last < offset:  # a gap in the manifest: skip to the next segment
+                if idx + 1 >= len(lg.segments):
+                    break
+                offset = lg.segments[idx + 1].base
+                continue
+            key = self.object_key(lg, seg)
             cached = self.cache.get(key, seg.etag)
             if cached is None and remote_reads:
                 break
-            budget = max_bytes - total
-            if cached is not None:
-                view = slice_batches(cached.data, cached.index, offset, budget)
-            elif seg.size <= WHOLE_READ_LIMIT:
-                remote_reads += 1
-                view = slice_batches(await self._segment_data(lg, seg), None, offset, budget)
-            else:
-                remote_reads += 1
-                ikey = index_key(self.config.namespace, lg.topic, lg.partition, seg.base)
-                index = parse_index(await self.store.get(ikey))
-                view = await read_from(self.store, key, index, offset, budget, seg.size, seg.etag)
+            try:
+                view = await self._read_one(lg, seg, key, cached, offset, max_bytes - total)
+            except (ObjectNotFoundError, PreconditionFailedError):
+                now = lg.segment_index(offset)
+                if retried or now < 0 or lg.segments[now] is seg:
+                    raise
+                retried = True
+                continue
+            remote_reads += cached is None
             if len(view) == 0:
-                idx += 1
+                offset = seg.last + 1
                 continue
             if out and total + len(view) > max_bytes:
                 break
@@ -485,12 +611,47 @@ class LogManager:
             if last < seg.last:  # the budget ended inside this segment
                 break
             offset = last + 1
-            idx += 1
         return out
+
+    async def _read_one(
+        self,
+        lg: PartitionLog,
+        seg: SegmentMeta,
+        key: str,
+        cached: CachedSegment | None,
+        offset: int,
+        budget: int,
+    ) -> memoryview:
+        if cached is not None:
+            return slice_batches(cached.data, cached.index, offset, budget)
+        if seg.size <= WHOLE_READ_LIMIT:
+            return slice_batches(await self._segment_data(lg, seg), None, offset, budget)
+        index = parse_index(await self.store.get(index_key_for(key)))
+        return await read_from(self.store, key, index, offset, budget, seg.size, seg.etag)
 
     async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
         """The whole segment object (cached), for timestamp lookups."""
         return await self._segment_data(lg, seg)
+
+
+def _contiguous(
+    done: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]],
+) -> list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]]:
+    """Drop (and fail) segments that no longer start at their log's committed end: an
+    earlier cycle of that partition failed and rewound it (its appends were rolled back
+    then), or the partition was closed. Committing them would leave a gap."""
+    keep = []
+    for lg, pend, seg in done:
+        if seg.base == lg.hw and lg.state != CLOSED:
+            keep.append((lg, pend, seg))
+            continue
+        closed = lg.state == CLOSED
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER if closed else ErrorCode.KAFKA_STORAGE_ERROR
+        for p in pend:
+            if not p.future.done():
+                p.future.set_exception(AppendError(code))
+                p.future.exception()  # mark retrieved: waiters may be gone
+    return keep
 
 
 def _last_offset(view: memoryview) -> int:

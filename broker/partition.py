@@ -34,19 +34,22 @@ class SegmentMeta:
     records: int
     max_ts: int
     etag: str
+    # object name under ``{ns}/{t}/{p}/`` when it is not ``segment-{base:020d}.kfs``
+    # (merged segments: ``segment-{base:020d}-{last:020d}.kfs``, docs/format.md)
+    key: str = ""
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "base": self.base,
-                "last": self.last,
-                "bytes": self.size,
-                "records": self.records,
-                "max_ts": self.max_ts,
-                "etag": self.etag,
-            },
-            separators=(",", ":"),
-        ).encode()
+        d: dict[str, int | str] = {
+            "base": self.base,
+            "last": self.last,
+            "bytes": self.size,
+            "records": self.records,
+            "max_ts": self.max_ts,
+            "etag": self.etag,
+        }
+        if self.key:
+            d["key"] = self.key
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, base: int, value: bytes) -> SegmentMeta:
@@ -58,6 +61,7 @@ class SegmentMeta:
             int(d["records"]),
             int(d.get("max_ts", -1)),
             str(d.get("etag", "")),
+            str(d.get("key", "")),
         )
 
 
@@ -116,6 +120,7 @@ class PartitionLog:
         next_offset: int,
         segments: list[SegmentMeta],
         epochs: list[tuple[int, int]],
+        log_start: int = 0,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -127,7 +132,9 @@ class PartitionLog:
         self.hw = next_offset
         self.segments = segments
         self.bases = [s.base for s in segments]
-        self.log_start = segments[0].base if segments else next_offset
+        first = segments[0].base if segments else next_offset
+        # a DeleteRecords log start may lie inside the first segment (kept in the end key)
+        self.log_start = min(max(log_start, first), next_offset)
         self.pending: list[PendingBatch] = []
         self.pending_bytes = 0
         self.pending_since = 0.0
@@ -185,6 +192,14 @@ class PartitionLog:
             if not p.future.done():
                 p.future.set_result(None)
         self.wake_waiters()
+
+    def set_segments(self, segments: list[SegmentMeta], log_start: int | None = None) -> None:
+        """Swap in a new manifest after a merge or a head truncation. A new list, never
+        an in-place edit: readers iterating the old one keep a consistent snapshot."""
+        self.segments = segments
+        self.bases = [s.base for s in segments]
+        if log_start is not None:
+            self.log_start = log_start
 
     def failed(self, pend: list[PendingBatch], error: ErrorCode) -> None:
         """A flush of ``pend`` failed: fail it and everything appended after it, and

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.io import load_file_io
 
 from ingest_job import catalog as cat
 from ingest_job.files import list_files
@@ -245,6 +246,25 @@ def _load_plan(cfg: IngestConfig) -> tuple[list[TopicPartition], Any]:
     return [(lg.topic, lg.partition) for lg in logs], logs
 
 
+def _prepare_tables(
+    catalog: Catalog, cfg: IngestConfig, targets: Sequence[_Target]
+) -> tuple[dict[str, Offsets], list[Destination], Offsets]:
+    """Create missing tables; (offsets per table, task destinations, scan starts)."""
+    planned: dict[str, Offsets] = {}
+    dests: list[Destination] = []
+    starts: Offsets = {}
+    for t in targets:
+        tbl = cat.ensure_table(catalog, cfg.namespace, t.name, cfg.partition_by, t.dead_letter)
+        offs = cat.table_offsets(tbl)
+        planned[t.name] = offs
+        known = () if t.dead_letter else tuple(sorted(cat.json_fields(tbl).items()))
+        table_starts = tuple((tp, offs.get(tp, 0)) for tp in t.sources)
+        dests.append(Destination(t.name, tbl.location(), table_starts, known))
+        for tp, cur in table_starts:
+            starts[tp] = min(starts.get(tp, cur), cur)
+    return planned, dests, starts
+
+
 def run_ingest(
     cfg: IngestConfig,
     spark: SparkSession | None = None,
@@ -261,23 +281,7 @@ def run_ingest(
     if cfg.route_by and cfg.value_format != "json":
         raise IngestError("--route-by needs --value-format json")
     targets = _targets(catalog, cfg, tps)
-    planned: dict[str, Offsets] = {}
-    dests: list[Destination] = []
-    for t in targets:
-        tbl = cat.ensure_table(catalog, cfg.namespace, t.name, cfg.partition_by, t.dead_letter)
-        offs = cat.table_offsets(tbl)
-        planned[t.name] = offs
-        known = () if t.dead_letter else tuple(sorted(cat.json_fields(tbl).items()))
-        dests.append(
-            Destination(
-                t.name, tbl.location(), tuple((tp, offs.get(tp, 0)) for tp in t.sources), known
-            )
-        )
-    starts: Offsets = {}
-    for t in targets:
-        for tp in t.sources:
-            cur = planned[t.name].get(tp, 0)
-            starts[tp] = min(starts.get(tp, cur), cur)
+    planned, dests, starts = _prepare_tables(catalog, cfg, targets)
     plan: Plan = plan_units(logs, starts, cfg.max_records, cfg.unit_bytes)
     summary.gaps = list(plan.gaps)
     for g in plan.gaps:
@@ -348,7 +352,7 @@ def _commit_all(
             continue
         except Exception as exc:
             left = [f.path for name, fs in by_table.items() if name not in done for f in fs]
-            cat.delete_files(catalog.load_table((cfg.namespace, t.name)).io, left)
+            cat.delete_files(load_file_io(dict(catalog.properties)), left)
             raise IngestError(f"commit to {cfg.namespace}.{t.name} failed: {exc}") from exc
         done.add(t.name)
         summary.rows += res.records

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from broker.meta.base import MetaStore, open_meta
 from ingest_job.model import Gap, IngestError, Offsets, SegmentRef, TopicPartition, WorkUnit
-from segments.format import segment_key
+from segments.format import partition_prefix, segment_key
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,9 @@ async def _read_partition(meta: MetaStore, topic: str, part: int, namespace: str
                 size=int(entry.get("bytes", 0)),
                 records=int(entry.get("records", last - base + 1)),
                 etag=str(entry.get("etag", "")),
-                key=segment_key(namespace, topic, part, base),
+                key=partition_prefix(namespace, topic, part) + str(entry["key"])
+                if entry.get("key")
+                else segment_key(namespace, topic, part, base),
             )
         )
     refs.sort(key=lambda r: r.base)

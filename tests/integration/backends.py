@@ -27,7 +27,13 @@ def make_backend(request: pytest.FixtureRequest, kind: str, workdir: Path) -> Ba
     etcd = request.getfixturevalue("etcd_url")
     bucket = create_bucket(endpoint)
     prefix = f"/kafscale-{uuid.uuid4().hex[:8]}"
-    return Backend("s3-etcd", endpoint.store_url(bucket, "kafscale"), etcd, meta_prefix=prefix)
+    return Backend(
+        "s3-etcd",
+        endpoint.store_url(bucket, "kafscale"),
+        etcd,
+        meta_prefix=prefix,
+        extra_args=("--lease-ttl", "3"),  # a restart after kill -9 waits out the old lease
+    )
 
 
 def consume_all(

@@ -196,3 +196,31 @@ def fetch_all(port: int, topic: str, partition: int) -> Fetched:
             break
         records.extend(first.records)
     return Fetched(first.error_code, hw, records)
+
+
+def metrics(http_port: int) -> dict[str, float]:
+    """The broker's Prometheus gauges and counters (``--http``), by name."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.partition(" ")
+            out[name] = float(value)
+    return out
+
+
+def wait_idle(http_port: int, timeout: float = 10.0) -> dict[str, float]:
+    """Wait until the broker has no Kafka connection and no unanswered bytes; the gauges."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    m = metrics(http_port)
+    while time.monotonic() < deadline:  # polling another process's gauges
+        if m["kafscale_connections"] == 0 and m["kafscale_inflight_bytes"] == 0:
+            break
+        time.sleep(0.05)
+        m = metrics(http_port)
+    return m

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.meta.base import open_meta
-from segments.format import index_key, segment_key, validate_segment
+from segments.format import (
+    INDEX_SUFFIX,
+    SEGMENT_SUFFIX,
+    partition_prefix,
+    segment_key,
+    validate_segment,
+)
 from segments.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +78,15 @@ async def _read_objects(store_url: str, keys: list[str]) -> list[bytes]:
         await store.close()
 
 
+async def _etags(store_url: str, keys: list[str]) -> list[str | None]:
+    store = open_store(store_url)
+    try:
+        infos = [await store.head(k) for k in keys]
+        return [None if i is None else i.etag for i in infos]
+    finally:
+        await store.close()
+
+
 async def _put(store_url: str, key: str, data: bytes) -> None:
     store = open_store(store_url)
     try:
@@ -88,6 +103,14 @@ def read_object(backend: Backend, key: str) -> bytes:
     return asyncio.run(_read_objects(backend.store_url, [key]))[0]
 
 
+def object_key(namespace: str, topic: str, partition: int, entry: dict[str, int | str]) -> str:
+    """The segment object a manifest entry names: ``segment-{base:020d}.kfs``, or the
+    entry's ``key`` (merged segments: ``segment-{base:020d}-{last:020d}.kfs``)."""
+    if entry.get("key"):
+        return partition_prefix(namespace, topic, partition) + str(entry["key"])
+    return segment_key(namespace, topic, partition, int(entry["base"]))
+
+
 def check_partition(
     backend: Backend, topic: str, partition: int, namespace: str = "default"
 ) -> PartitionState:
@@ -101,8 +124,8 @@ def check_partition(
         assert int(e["records"]) == int(e["last"]) - int(e["base"]) + 1
         expect = int(e["last"]) + 1
     assert expect == state.next_offset, (expect, state.next_offset)
-    keys = [segment_key(namespace, topic, partition, int(e["base"])) for e in entries]
-    idx = [index_key(namespace, topic, partition, int(e["base"])) for e in entries]
+    keys = [object_key(namespace, topic, partition, e) for e in entries]
+    idx = [k[: -len(SEGMENT_SUFFIX)] + INDEX_SUFFIX for k in keys]
     blobs = asyncio.run(_read_objects(backend.store_url, keys + idx))
     for e, key, data, index in zip(
         entries, keys, blobs[: len(keys)], blobs[len(keys) :], strict=True
@@ -113,6 +136,11 @@ def check_partition(
         assert report.header.base_offset == e["base"], key
         assert report.footer.last_offset == e["last"], key
         assert len(data) == int(e["bytes"]), key
+    # the object is the very one the manifest committed (readers GET with If-Match)
+    for e, key, etag in zip(
+        entries, keys, asyncio.run(_etags(backend.store_url, keys)), strict=True
+    ):
+        assert etag is not None and etag.strip('"') == str(e["etag"]).strip('"'), (key, etag, e)
     state.keys = keys
     return state
 

@@ -23,7 +23,7 @@ from kafka.protocol.metadata import MetadataRequest
 from protocol.batch import crc32c
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
-from tests.fixtures.broker import BrokerProcess, start_broker
+from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 from tests.integration import kafka_raw as kr
 
 pytestmark = pytest.mark.integration
@@ -36,10 +36,12 @@ SMALL_TOPIC = "small-messages"
 
 @pytest.fixture(scope="module")
 def bad_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    http = free_port()
     b = start_broker(
         tmp_path_factory.mktemp("bad-input"),
-        extra_args=("--max-request-bytes", str(MAX_REQUEST)),
+        extra_args=("--max-request-bytes", str(MAX_REQUEST), "--http", f"127.0.0.1:{http}"),
     )
+    b.env["HTTP_PORT"] = str(http)
     try:
         for i in range(0, len(INTACT_RECORDS), 4):
             chunk = [(k, v, None) for k, v in INTACT_RECORDS[i : i + 4]]
@@ -315,3 +317,40 @@ def test_many_bad_connections_then_real_clients(bad_broker: BrokerProcess) -> No
         c.close()
     assert_serving(bad_broker)
     assert "Traceback" not in bad_broker.log_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "partitions", "configs", "expect"),
+    [
+        ("cfg-bad-value", 1, [("retention.ms", "soon")], ErrorCode.INVALID_CONFIG),
+        ("cfg-unknown", 1, [("no.such.config", "1")], ErrorCode.INVALID_CONFIG),
+        ("cfg-compact", 1, [("cleanup.policy", "compact")], ErrorCode.INVALID_CONFIG),
+        ("cfg-zero-parts", 0, [], ErrorCode.INVALID_PARTITIONS),
+        ("bad topic!", 1, [], ErrorCode.INVALID_TOPIC_EXCEPTION),
+    ],
+)
+def test_create_topics_rejects_invalid_input(
+    bad_broker: BrokerProcess,
+    name: str,
+    partitions: int,
+    configs: list[tuple[str, str]],
+    expect: ErrorCode,
+) -> None:
+    req = CreateTopicsRequest(
+        topics=[(name, partitions, 1, [], configs)], timeout_ms=10000, validate_only=False
+    )
+    with kr.RawConn(bad_broker.port) as c:
+        resp = c.call(req, CreateTopicsResponse, 5)
+    (t,) = resp.topics
+    assert t.error_code == expect, t
+    assert t.error_message  # the client is told what is wrong
+    assert name not in {t.name for t in kr.metadata(bad_broker.port, None).topics}
+    assert_serving(bad_broker)
+
+
+def test_nothing_left_behind(bad_broker: BrokerProcess) -> None:
+    """Runs last: every bad connection is gone and released its in-flight bytes."""
+    m = kr.wait_idle(int(bad_broker.env["HTTP_PORT"]))
+    assert m["kafscale_connections"] == 0
+    assert m["kafscale_inflight_bytes"] == 0
+    assert m["kafscale_pending_bytes"] == 0

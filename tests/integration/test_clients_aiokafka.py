@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-
-from pathlib import Path
 
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 from tests.integration.conftest import (
@@ -192,7 +191,12 @@ async def test_idempotent_retries_of_lost_responses(tmp_path: Path) -> None:
     proxy_port = free_port()
     b = start_broker(
         tmp_path / "b",
-        extra_args=("--advertised-listener", f"127.0.0.1:{proxy_port}", "--default-partitions", "2"),
+        extra_args=(
+            "--advertised-listener",
+            f"127.0.0.1:{proxy_port}",
+            "--default-partitions",
+            "2",
+        ),
     )
     proxy = DroppingProxy(proxy_port, b.port, drop_every=4).start()
     try:

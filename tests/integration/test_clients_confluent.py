@@ -112,19 +112,25 @@ def consume(
     c = consumer(bootstrap, **conf)
     try:
         c.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
-        out: list[Rec] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
-            for m in c.consume(num_messages=count - len(out), timeout=0.5):
-                assert m.error() is None, m.error()
-                out.append(_rec(m))
-        assert len(out) == count, f"got {len(out)} of {count} records"
+        out = drain(c, count, timeout)
         # nothing more than expected arrives
         extra = [m for m in c.consume(num_messages=10, timeout=0.3) if m.error() is None]
         assert extra == [], f"unexpected extra records: {[_rec(m) for m in extra]}"
         return out
     finally:
         c.close()
+
+
+def drain(c: Any, count: int, timeout: float = TIMEOUT) -> list[Rec]:
+    """Exactly ``count`` records from an assigned consumer (errors fail the test)."""
+    out: list[Rec] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < count and time.monotonic() < deadline:
+        for m in c.consume(num_messages=count - len(out), timeout=0.5):
+            assert m.error() is None, m.error()
+            out.append(_rec(m))
+    assert len(out) == count, f"got {len(out)} of {count} records"
+    return out
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -153,6 +159,26 @@ def test_roundtrip_keys_values_headers_nulls(any_broker: BrokerProcess, codec: s
             assert r.timestamp == item["timestamp"]
         else:
             assert t_before - 1000 <= r.timestamp <= int(time.time() * 1000) + 1000
+
+
+def test_mixed_codecs_and_acks_in_one_partition(any_broker: BrokerProcess) -> None:
+    """Batches of every codec, produced with acks 0, 1 and all, interleave in one partition
+    and read back in order (a fetch response mixes codecs)."""
+    topic = unique_topic("cf-mixed")
+    expected: list[bytes] = []
+    for rnd in range(3):
+        for codec in CODECS:
+            acks = ("0", "1", "all")[(rnd + len(expected)) % 3]
+            p = producer(any_broker.bootstrap, **{"compression.type": codec, "acks": acks})
+            values = [b"%s-%d-%d" % (codec.encode(), rnd, i) for i in range(40)]
+            reports = produce_acked(p, topic, [{"value": v} for v in values])
+            if acks == "0":  # no response: the offset is unknown to the producer
+                assert {r.offset for r in reports} <= {None, -1}
+            else:
+                assert [r.offset for r in reports] == list(range(len(expected), len(expected) + 40))
+            expected += values
+    got = consume(any_broker.bootstrap, topic, {0: 0}, len(expected))
+    assert [(r.offset, r.value) for r in got] == list(enumerate(expected))
 
 
 def test_keyed_partitioning_16_partitions(any_broker: BrokerProcess) -> None:
@@ -255,6 +281,43 @@ def test_list_offsets_and_offsets_for_times(any_broker: BrokerProcess) -> None:
         assert fut.result(timeout=TIMEOUT).offset == want
 
 
+def test_log_append_time_topic(shared_broker: BrokerProcess) -> None:
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    topics = {name: unique_topic(f"cf-ts-{name}") for name in ("create", "append")}
+    futs = admin.create_topics(
+        [
+            NewTopic(topics["create"], 1, 1),
+            NewTopic(topics["append"], 1, 1, config={"message.timestamp.type": "LogAppendTime"}),
+        ]
+    )
+    for fut in futs.values():
+        fut.result(timeout=TIMEOUT)
+    old = 1_000_000_000_000
+    p = producer(shared_broker.bootstrap, **{"linger.ms": 20})
+    for name, topic in topics.items():
+        before = int(time.time() * 1000)
+        produce_acked(p, topic, [{"value": b"%d" % i, "timestamp": old + i} for i in range(5)])
+        got = consume(shared_broker.bootstrap, topic, {0: 0}, 5)
+        c = consumer(shared_broker.bootstrap)
+        try:
+            c.assign([TopicPartition(topic, 0, 0)])
+            m = c.poll(TIMEOUT)
+            assert m is not None and m.error() is None
+            ts_type, ts = m.timestamp()
+        finally:
+            c.close()
+        if name == "create":
+            assert ts_type == TIMESTAMP_CREATE_TIME
+            assert [r.timestamp for r in got] == [old + i for i in range(5)]
+        else:
+            assert ts_type == TIMESTAMP_LOG_APPEND_TIME
+            assert before - 1000 <= ts <= int(time.time() * 1000) + 1000
+            assert len({r.timestamp for r in got}) == 1  # one batch, one append time
+
+
 def test_seek_into_middle_of_batch(any_broker: BrokerProcess) -> None:
     from confluent_kafka import TopicPartition
 
@@ -319,7 +382,11 @@ def test_long_poll_fetch_is_woken_by_produce(any_broker: BrokerProcess) -> None:
             produce_acked(p, topic, [{"value": b"%d" % i}])
             m = c.poll(TIMEOUT)
             delays.append(time.monotonic() - t0)
-            assert m is not None and m.error() is None and (m.offset(), m.value()) == (1 + i, b"%d" % i)
+            assert (
+                m is not None
+                and m.error() is None
+                and (m.offset(), m.value()) == (1 + i, b"%d" % i)
+            )
         assert max(delays) < 2.0, delays
     finally:
         c.close()
@@ -372,7 +439,12 @@ def test_idempotent_retries_of_lost_responses_are_deduplicated(tmp_path: Path) -
     proxy_port = free_port()
     b = start_broker(
         tmp_path / "b",
-        extra_args=("--advertised-listener", f"127.0.0.1:{proxy_port}", "--default-partitions", "2"),
+        extra_args=(
+            "--advertised-listener",
+            f"127.0.0.1:{proxy_port}",
+            "--default-partitions",
+            "2",
+        ),
     )
     proxy = DroppingProxy(proxy_port, b.port, drop_every=7).start()
     try:
@@ -399,8 +471,11 @@ def test_idempotent_retries_of_lost_responses_are_deduplicated(tmp_path: Path) -
         b.stop()
 
 
-def _produce_through_kill9(b: BrokerProcess, topic: str, n: int) -> tuple[list[Ack], list[Any]]:
-    """Produce ``n`` records idempotently; kill -9 the broker midway and start it again."""
+def _produce_through_kill9(
+    b: BrokerProcess, topic: str, n: int
+) -> tuple[list[Ack], list[Any], int]:
+    """Produce ``n`` records idempotently; kill -9 the broker midway and start it again.
+    Returns the delivery reports, the errors and how many were acknowledged at the kill."""
     p = producer(
         b.bootstrap,
         **{
@@ -414,6 +489,7 @@ def _produce_through_kill9(b: BrokerProcess, topic: str, n: int) -> tuple[list[A
     )
     acks: list[Ack] = []
     errors: list[Any] = []
+    acked_at_kill = -1
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
@@ -428,15 +504,18 @@ def _produce_through_kill9(b: BrokerProcess, topic: str, n: int) -> tuple[list[A
             while len(acks) < n // 4:  # some acknowledged before the crash
                 p.poll(0.05)
             b.kill9()  # requests are in flight: their outcome is unknown to the producer
+            acked_at_kill = len(acks)
         if i == n // 2 + n // 10:
             b.start()
         if i % 200 == 0:
             p.poll(0.01)
     assert p.flush(90) == 0
-    return acks, errors
+    return acks, errors, acked_at_kill
 
 
-def _start(request: pytest.FixtureRequest, backend: str, workdir: Path, *args: str) -> BrokerProcess:
+def _start(
+    request: pytest.FixtureRequest, backend: str, workdir: Path, *args: str
+) -> BrokerProcess:
     kwargs = backend_kwargs(request, backend)
     kwargs["extra_args"] = (*kwargs.get("extra_args", ()), *args)
     return start_broker(workdir, **kwargs)
@@ -446,11 +525,12 @@ def _start(request: pytest.FixtureRequest, backend: str, workdir: Path, *args: s
 def test_idempotent_producer_survives_broker_kill9(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> None:
-    b = _start(request, backend, tmp_path / "b", "--default-partitions", "3")
+    b = _start(request, backend, tmp_path / "b", "--default-partitions", "3", "--lease-ttl", "3")
     try:
         topic = unique_topic("cf-idem-kill")
         n = 3000
-        acks, errors = _produce_through_kill9(b, topic, n)
+        acks, errors, acked_at_kill = _produce_through_kill9(b, topic, n)
+        assert acked_at_kill < n // 2 + 1, "nothing was pending at the kill: no retry"
         assert errors == []
         assert len(acks) == n
         assert b.starts == 2
@@ -470,17 +550,31 @@ def test_idempotent_producer_survives_broker_kill9(
         b.stop()
 
 
+# small fetches and a short prefetch queue: the consumer is mid-log when the broker dies
+LIVE_CONF = {
+    "max.partition.fetch.bytes": 2000,
+    "queued.min.messages": 20,
+    "reconnect.backoff.ms": 50,
+}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_restart_recovery_after_kill9(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> None:
-    b = _start(request, backend, tmp_path / "b", "--default-partitions", "3")
+    b = _start(request, backend, tmp_path / "b", "--default-partitions", "3", "--lease-ttl", "3")
     try:
         topic = unique_topic("cf-recover")
         p = producer(b.bootstrap, **{"acks": "all", "linger.ms": 5, "compression.type": "gzip"})
         items = [{"key": f"k{i % 7}".encode(), "value": b"%d" % i} for i in range(600)]
         acks = produce_acked(p, topic, items)
         ends = {part: 1 + max(a.offset for a in acks if a.partition == part) for part in range(3)}
+        # a consumer that lives through the crash: its position and leader epoch are stale
+        from confluent_kafka import TopicPartition
+
+        live = consumer(b.bootstrap, **LIVE_CONF)
+        live.assign([TopicPartition(topic, part, 0) for part in range(3)])
+        before = drain(live, 200)
         b.kill9()
         b.start()
         got = consume(b.bootstrap, topic, {part: 0 for part in range(3)}, len(items))
@@ -496,6 +590,11 @@ def test_restart_recovery_after_kill9(
             p2, topic, [{"partition": part, "value": b"after"} for part in range(3)]
         )
         assert sorted((a.partition, a.offset) for a in more) == sorted(ends.items())
+        after = drain(live, len(items) + 3 - len(before), 30.0)
+        live.close()
+        seen = sorted((r.partition, r.offset) for r in before + after)
+        assert seen == [(part, o) for part in range(3) for o in range(ends[part] + 1)]
+        assert "kafscale-test-secret" not in b.log_text()  # credentials never logged
     finally:
         b.stop()
 

@@ -87,7 +87,12 @@ def test_kafkajs_consumer_run_and_admin_offsets(
     topic = unique_topic("js-cons")
     create_topic(shared_broker.bootstrap, topic, 3)
     items: list[dict[str, Any]] = [
-        {"partition": i % 3, "key": b"k%d" % i, "value": b"v%d" % i, "timestamp": 1_600_000_000_000 + i}
+        {
+            "partition": i % 3,
+            "key": b"k%d" % i,
+            "value": b"v%d" % i,
+            "timestamp": 1_600_000_000_000 + i,
+        }
         for i in range(90)
     ]
     items.append({"partition": 0, "key": None, "value": None, "headers": [("h", b"x")]})

@@ -309,3 +309,30 @@ async def test_records_produced_through_the_broker_every_codec(
     )
     assert got == sorted(sent)
     assert {r["codec"] for r in rows} == {"none", "gzip", "snappy", "lz4", "zstd"}
+
+
+async def test_routing_by_field_value(spark: SparkSession, env: KafsEnv) -> None:
+    (w,) = await env.topic("rt")
+    first = [b'{"type": "click", "n": 1}', b'{"type": "View", "n": 2}', b'{"n": 3}', b"{bad"]
+    await w.append(first)
+    cfg = _cfg(env, ("rt",), value_format="json", route_by="type", partition_by="none")
+    s1 = await _ingest(spark, cfg)
+    assert s1.dead_letters == 1
+    await w.append([b'{"type": "buy", "n": 5, "price": 9.5}', b'{"type": "click", "n": 6}'])
+    await _ingest(spark, cfg)
+    assert (await _ingest(spark, cfg)).rows == 0
+    catalog = cat.open_catalog(None, str(env.data_dir))
+
+    def offsets(table: str) -> list[int]:
+        tbl = catalog.load_table(("kafscale", table))
+        return sorted(tbl.scan().to_arrow().column("offset").to_pylist())
+
+    assert offsets("rt_click") == [0, 5]
+    assert offsets("rt_view") == [1]
+    assert offsets("rt") == [2]  # no routing field: the base table
+    assert offsets("rt_buy") == [4]
+    assert offsets("rt_dead_letters") == [3]
+    buy = catalog.load_table(("kafscale", "rt_buy"))
+    assert cat.json_fields(buy) == {"n": "long", "price": "double", "type": "string"}
+    assert cat.table_offsets(buy) == {("rt", 0): 6}
+    assert cat.table_offsets(catalog.load_table(("kafscale", "rt_view"))) == {("rt", 0): 6}

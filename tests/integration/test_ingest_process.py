@@ -40,16 +40,21 @@ async def env(tmp_path: Path) -> AsyncIterator[KafsEnv]:
         await store.close()
 
 
-def _start(env: KafsEnv, topics: str, *extra: str) -> subprocess.Popen[str]:
-    cmd = [
-        sys.executable, "-m", "ingest_job", "--topics", topics,
-        "--store", env.store_url, "--data-dir", str(env.data_dir),
-        "--master", "local[2]", "--progress-interval", "0.5", "--unit-bytes", "1", *extra,
+def _start(env: KafsEnv, topics: str, *, submit: bool = False) -> subprocess.Popen[str]:
+    """``python -m ingest_job`` (or ``spark-submit ingest_job/__main__.py``) as a process."""
+    flags = [
+        "--topics", topics, "--store", env.store_url, "--data-dir", str(env.data_dir),
+        "--progress-interval", "0.5", "--unit-bytes", "1",
     ]  # fmt: skip
-    penv = dict(os.environ, PYTHONPATH=str(ROOT))
+    if submit:
+        spark_submit = str(Path(sys.executable).parent / "spark-submit")
+        cmd = [spark_submit, "--master", "local[2]", str(ROOT / "ingest_job" / "__main__.py")]
+    else:
+        cmd = [sys.executable, "-m", "ingest_job", "--master", "local[2]"]
+    penv = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
     return subprocess.Popen(
-        cmd, cwd=env.data_dir, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
+        cmd + flags, cwd=env.data_dir, env=penv, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
 
 
@@ -106,7 +111,7 @@ async def test_killed_runs_then_rerun_exactly_once(env: KafsEnv) -> None:
     seen = _run_until(_start(env, "k1,k2"), "committed ")
     assert any("to kafscale.k1" in line for line in seen), "".join(seen)[-2000:]
     assert _rows(env, "k1") == want["k1"]
-    out = _finish(_start(env, "k1,k2"))
+    out = _finish(_start(env, "k1,k2", submit=True))  # the spark-submit entry point
     assert "kafscale.k2: next offsets k2/0->120, k2/1->120" in out
     assert _rows(env, "k1") == want["k1"] and _rows(env, "k2") == want["k2"]
     # files the killed runs left behind are orphans: maintain removes them

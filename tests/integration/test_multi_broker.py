@@ -11,6 +11,11 @@ takes some partitions over (HPA scale-out).
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
-from tests.fixtures.broker import BrokerProcess, start_broker
+from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 from tests.integration import kafka_raw as kr
 from tests.integration.backends import consume_all
 from tests.integration.logcheck import Backend, check_partition
@@ -32,6 +37,7 @@ from tests.integration.logcheck import Backend, check_partition
 pytestmark = pytest.mark.integration
 
 LEASE_TTL = 2
+REPO = Path(__file__).resolve().parents[2]
 WAIT = 20.0
 
 
@@ -43,13 +49,13 @@ class Cluster:
         )
         self.brokers: dict[int, BrokerProcess] = {}
 
-    def start(self, node_id: int) -> BrokerProcess:
+    def start(self, node_id: int, *extra: str) -> BrokerProcess:
         b = start_broker(
             self.tmp / f"node-{node_id}",
             store_url=self.backend.store_url,
             meta_url=self.backend.meta_url,
             node_id=node_id,
-            extra_args=(*self.backend.broker_args(), "--lease-ttl", str(LEASE_TTL)),
+            extra_args=(*self.backend.broker_args(), "--lease-ttl", str(LEASE_TTL), *extra),
         )
         self.brokers[node_id] = b
         return b
@@ -68,12 +74,18 @@ class Cluster:
             p.partition_index: p.leader_id for p in t.partitions
         }
 
-    def wait_agree(self, topic: str, want: set[int]) -> dict[int, int]:
+    def wait_agree_on(self, node_id: int, topic: str, want: set[int]) -> dict[int, int]:
+        """Wait until broker ``node_id`` alone lists exactly ``want`` (others may be frozen)."""
+        return self.wait_agree(topic, want, [node_id])
+
+    def wait_agree(
+        self, topic: str, want: set[int], nodes: list[int] | None = None
+    ) -> dict[int, int]:
         """Wait until every live broker lists exactly ``want`` and the same leaders."""
         deadline = time.monotonic() + WAIT
         last: Any = None
         while time.monotonic() < deadline:  # polling other processes' views
-            views = [self.leaders(n, topic) for n in self.alive()]
+            views = [self.leaders(n, topic) for n in (nodes or self.alive())]
             last = views
             if all(ids == want for ids, _ in views) and all(v[1] == views[0][1] for v in views):
                 if set(views[0][1].values()) <= want:
@@ -89,6 +101,8 @@ def cluster(tmp_path: Path, etcd_url: str) -> Iterator[Cluster]:
         yield c
     finally:
         for b in c.brokers.values():
+            if b.proc is not None and b.proc.poll() is None:
+                os.kill(b.pid, signal.SIGCONT)  # a test may leave one stopped
             b.stop(timeout=15)
         for n, b in c.brokers.items():
             print(f"--- node {n} ---\n{b.log_text()[-4000:]}")
@@ -288,3 +302,109 @@ def test_new_broker_takes_some_partitions(cluster: Cluster) -> None:
     for p in moved:
         owner = _owner(cluster, topic, p)
         assert owner is not None and owner["broker"] == 3
+
+
+def _consecutive_free_ports(n: int) -> int:
+    for _ in range(100):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            for p in range(base, base + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no run of free ports")
+
+
+def test_local_cluster_launcher(tmp_path: Path) -> None:
+    """deploy/local_cluster.py starts etcd + brokers that form one cluster, and stops them."""
+    base = _consecutive_free_ports(2)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "deploy" / "local_cluster.py"), "--brokers", "2",
+         "--base-port", str(base), "--dir", str(tmp_path / "lc"), "--lease-ttl", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the launcher bounds its own start-up (30 s per process)
+            lines.append(line)
+            if line.startswith("pids:") or line.startswith("error"):
+                break
+        assert any(ln.startswith("ready: bootstrap") for ln in lines), lines
+        pids = [int(x) for x in lines[-1].split() if x.isdigit()]
+        assert len(pids) == 3
+        port = base + 1
+        ids = {b.node_id for b in kr.metadata(port, ["lc-topic"]).brokers}
+        assert ids == {0, 1}
+        t = Tracker(f"127.0.0.1:{base}")
+        t.send("lc-topic", "x", 50, 1)
+        md = kr.metadata(base, ["lc-topic"])
+        leader = md.topics[0].partitions[0].leader_id
+        got = kr.fetch_all(base + leader, "lc-topic", 0)
+        assert [v for _, _, v in got.records] == [b"x-%d" % i for i in range(50)]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_zombie_owner_is_fenced(cluster: Cluster) -> None:
+    """A broker frozen (SIGSTOP) past its lease, with a batch buffered, wakes up after
+    another broker took its partition over: its late flush must neither commit nor touch
+    the new owner's objects; everything the new owner acknowledged stays readable."""
+    cluster.start(1)
+    cluster.start(2, "--flush-interval-ms", "1500")  # the zombie-to-be buffers for 1.5 s
+    topic = "zombie"
+    _create(cluster.brokers[1].bootstrap, topic, 8)
+    leaders = cluster.wait_agree(topic, {1, 2})
+    part = next(p for p, n in sorted(leaders.items()) if n == 2)
+    zombie = cluster.brokers[2]
+    first = kr.produce_raw(zombie.port, topic, part, build_batch([(b"k", b"before", None)]))
+    assert first.error_code == 0 and first.base_offset == 0
+    late = kr.RawConn(zombie.port, timeout=30)
+    try:
+        late.send(
+            kr.request_bytes(
+                kr.produce_request(topic, part, build_batch([(b"z", b"ZOMBIE", None)] * 3)), 8
+            )
+        )
+        time.sleep(0.2)  # the zombie reads and buffers the batch (flush is 1.5 s away)
+        os.kill(zombie.pid, signal.SIGSTOP)
+        after = cluster.wait_agree_on(1, topic, {1})
+        assert after[part] == 1
+        res = kr.produce_raw(
+            cluster.brokers[1].port, topic, part, build_batch([(b"k", b"new-owner", None)])
+        )
+        assert res.error_code == 0 and res.base_offset == 1  # continues at the log end
+        os.kill(zombie.pid, signal.SIGCONT)
+        data = late.recv_frame()
+        if data is not None:  # an answer, if any, is an error, never an acknowledgement
+            resp = kr.ProduceResponse.decode(data, version=8, header=True)
+            assert resp.responses[0].partition_responses[0].error_code != 0
+    finally:
+        late.close()
+    cluster.wait_agree(topic, {1, 2})  # the zombie re-registers and rejoins
+    more = kr.produce_raw(
+        cluster.brokers[cluster.leaders(1, topic)[1][part]].port,
+        topic,
+        part,
+        build_batch([(b"k", b"later", None)]),
+    )
+    assert more.error_code == 0 and more.base_offset == 2
+    state = check_partition(cluster.backend, topic, part)
+    assert state.next_offset == 3
+    leader = cluster.leaders(1, topic)[1][part]
+    got = kr.fetch_all(cluster.brokers[leader].port, topic, part)
+    assert [v for _, _, v in got.records] == [b"before", b"new-owner", b"later"]
+    assert "fenced" in zombie.log_text() or "lease expired" in zombie.log_text()

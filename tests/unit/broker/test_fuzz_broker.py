@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from protocol.records import build_batch
-from tests.fixtures.broker import BrokerProcess, start_broker
+from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 from tests.integration import kafka_raw as kr
 
 pytestmark = pytest.mark.integration
@@ -88,9 +88,12 @@ def _throw(port: int, data: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    http = free_port()
     b = start_broker(
-        tmp_path_factory.mktemp("fuzz"), extra_args=("--max-request-bytes", str(MAX_REQUEST))
+        tmp_path_factory.mktemp("fuzz"),
+        extra_args=("--max-request-bytes", str(MAX_REQUEST), "--http", f"127.0.0.1:{http}"),
     )
+    b.env["HTTP_PORT"] = str(http)
     try:
         res = kr.produce_raw(b.port, FUZZ_TOPIC, 0, build_batch([(b"seed", b"first", None)]))
         assert res.error_code == 0 and res.base_offset == 0
@@ -115,6 +118,8 @@ def test_broker_serves_after_fuzzing(fuzz_broker: BrokerProcess) -> None:
     """Runs after the fuzz test (file order): the broker still works end to end."""
     log = fuzz_broker.log_text()
     assert "Traceback" not in log
+    m = kr.wait_idle(int(fuzz_broker.env["HTTP_PORT"]))
+    assert m["kafscale_connections"] == 0 and m["kafscale_inflight_bytes"] == 0
     got = kr.fetch_all(fuzz_broker.port, FUZZ_TOPIC, 0)
     assert got.error_code == 0
     assert got.records[0] == (0, b"seed", b"first")

@@ -131,3 +131,12 @@ async def test_replaced_object_fails_the_etag_check(kafs_env: KafsEnv, tmp_path:
     await kafs_env.store.put_if_absent(key, [bytes(other)])
     with pytest.raises(CorruptInputError, match="does not match its manifest ETag"):
         await asyncio.to_thread(run_unit, _spec(kafs_env, tmp_path), unit)
+
+
+def test_table_names_for_topics_and_routes() -> None:
+    from ingest_job.task import routed_table, table_name_for
+
+    assert table_name_for("payments.eu-west") == "payments_eu_west"
+    assert routed_table("events", "Page View") == "events_page_view"
+    assert routed_table("events", None) == "events" and routed_table("events", "") == "events"
+    assert routed_table("events", 7) == "events_7"

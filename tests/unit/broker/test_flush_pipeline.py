@@ -1,0 +1,148 @@
+"""Pipelined flush cycles (broker/logs.py): the next cycle uploads while the previous one
+is still uploading or committing, but commits stay in offset order, and a cycle that
+follows a failed one never commits past the gap. In-process broker over a real
+local-directory store and the real embedded metadata store; the store is wrapped only to
+hold (or fail) one chosen PUT."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.partition import AppendError, AppendResult, PartitionLog
+from broker.server import Broker
+from protocol.batch import iter_batches, read_header
+from protocol.errors import ErrorCode
+from protocol.records import RecordInput, build_batch, decode_batch
+from segments.format import segment_key
+from segments.store import Buffer, ObjectStore, StoreError
+
+TOPIC = "pipe"
+
+
+class GatedStore:
+    """The real store; a PUT of ``held`` waits for ``release`` (then fails if ``fail``)."""
+
+    def __init__(self, inner: ObjectStore, held: str, fail: bool) -> None:
+        self.inner = inner
+        self.held = held
+        self.fail = fail
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.written: dict[str, asyncio.Event] = {}
+
+    def written_event(self, key: str) -> asyncio.Event:
+        return self.written.setdefault(key, asyncio.Event())
+
+    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+        if key == self.held:
+            self.entered.set()
+            await self.release.wait()
+            if self.fail:
+                raise StoreError(f"injected failure writing {key}")
+        etag = await self.inner.put_if_absent(key, data)
+        self.written_event(key).set()
+        return etag
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Broker]:
+    cfg = replace(
+        BrokerConfig(),
+        listen_port=0,
+        store_url=f"file://{tmp_path}/data",
+        data_dir=str(tmp_path / "data"),
+        flush_interval_ms=1,
+        merge_interval_ms=0,
+        retention_check_interval_ms=0,
+    )
+    b = Broker(cfg)
+    await b.start()
+    await b.topics.create(TOPIC, 1)
+    try:
+        yield b
+    finally:
+        b.logs.store = getattr(b.logs.store, "inner", b.logs.store)
+        await b.stop()
+
+
+def gate(b: Broker, base: int, fail: bool = False) -> GatedStore:
+    store = GatedStore(b.logs.store, segment_key("default", TOPIC, 0, base), fail)
+    b.logs.store = store  # type: ignore[assignment]
+    return store
+
+
+def append(b: Broker, lg: PartitionLog, tag: str) -> AppendResult:
+    recs: list[RecordInput] = [(tag.encode(), f"{tag}-{j}".encode(), []) for j in range(2)]
+    view = memoryview(bytearray(build_batch(recs)))
+    res = lg.append(read_header(view), view)
+    assert res.error == ErrorCode.NONE and res.done is not None
+    b.logs.appended(lg, len(view))
+    return res
+
+
+async def manifest_bases(b: Broker) -> list[int]:
+    kvs = await b.meta.range(f"/logs/{TOPIC}/0/segments/")
+    return [int(json.loads(kv.value)["base"]) for kv in kvs]
+
+
+async def values(b: Broker, lg: PartitionLog) -> list[bytes]:
+    out: list[bytes] = []
+    for view in await b.logs.read(lg, 0, 1 << 20):
+        for _hdr, bv in iter_batches(view):
+            out += [r.value for r in decode_batch(bv)[1] if r.value is not None]
+    return out
+
+
+async def test_next_cycle_uploads_meanwhile_but_commits_after(node: Broker) -> None:
+    store = gate(node, 0)
+    lg = await node.logs.get(TOPIC, 0)
+    a = append(node, lg, "a")
+    await store.entered.wait()  # cycle 1 is stuck in its segment PUT
+    b = append(node, lg, "b")
+    assert b.base_offset == 2
+    async with asyncio.timeout(10):  # the next cycle uploads while the first is held
+        await store.written_event(segment_key("default", TOPIC, 0, 2)).wait()
+    await asyncio.sleep(0.05)  # give a wrongly ordered commit the chance to happen
+    assert a.done is not None and b.done is not None
+    assert not b.done.done() and lg.hw == 0 and await manifest_bases(node) == []
+    store.release.set()
+    await asyncio.gather(a.done, b.done)
+    assert lg.hw == 4 and await manifest_bases(node) == [0, 2]
+    assert await values(node, lg) == [b"a-0", b"a-1", b"b-0", b"b-1"]
+
+
+async def test_cycle_after_a_failed_one_fails_instead_of_leaving_a_gap(node: Broker) -> None:
+    store = gate(node, 0, fail=True)
+    lg = await node.logs.get(TOPIC, 0)
+    a = append(node, lg, "a")
+    await store.entered.wait()
+    b = append(node, lg, "b")
+    async with asyncio.timeout(10):  # the next cycle uploads while the first is held
+        await store.written_event(segment_key("default", TOPIC, 0, 2)).wait()
+    store.release.set()
+    for res in (a, b):
+        assert res.done is not None
+        with pytest.raises(AppendError) as err:
+            await res.done
+        assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert lg.hw == 0 and lg.next_offset == 0 and await manifest_bases(node) == []
+    # the log goes on from the committed end; b's stray object at base 2 is replaced
+    store.held = ""
+    c = append(node, lg, "c")
+    assert c.base_offset == 0 and c.done is not None
+    await c.done
+    d = append(node, lg, "d")
+    assert d.base_offset == 2 and d.done is not None
+    await d.done
+    assert lg.hw == 4 and await manifest_bases(node) == [0, 2]
+    assert await values(node, lg) == [b"c-0", b"c-1", b"d-0", b"d-1"]
