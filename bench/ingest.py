@@ -12,13 +12,22 @@ Writes ``--records`` records (JSON-ish values, keys, a header on every other rec
    ``pyarrow.parquet.write_table`` timed (same codec, one file per work unit's data).
 
 Prints records/s and MB/s of segment bytes for both and the ratio ingest/limit.
+
+``--compare-python`` then runs the same ingest again (same data, another namespace) in a
+new Spark context whose workers use the pure-Python record decoder
+(``KAFSCALE_PURE_PYTHON=1``): the before/after of the native decoder in one run.
+``--profile DIR`` writes cProfile stats of the driver and of every Spark task to DIR and
+prints the hottest functions.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import glob
 import os
+import pstats
 import shutil
 import sys
 import tempfile
@@ -31,8 +40,9 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from broker.meta.base import open_meta  # noqa: E402
 from ingest_job.job import IngestConfig, run_ingest  # noqa: E402
-from ingest_job.manifest import load_logs, plan_units  # noqa: E402
-from ingest_job.task import PARQUET_COMPRESSION, read_unit  # noqa: E402
+from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units  # noqa: E402
+from ingest_job.task import PARQUET_COMPRESSION, PROFILE_ENV, read_unit  # noqa: E402
+from protocol import fastrecords  # noqa: E402
 from protocol.compression import Compression  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
 from segments.format import build_segment, segment_key  # noqa: E402
@@ -96,10 +106,10 @@ async def _generate(data: str, topic: str, records: int, value_bytes: int, codec
     return total
 
 
-def _limit(data: str, topic: str, out_dir: str) -> tuple[float, int]:
+def _limit(data: str, topic: str, out_dir: str, unit_bytes: int) -> tuple[float, int]:
     """Seconds pyarrow takes to write the decoded columns of every unit (from memory)."""
     logs = asyncio.run(load_logs("embedded", data, "/kafscale", [topic], "default"))
-    plan = plan_units(logs, {})
+    plan = plan_units(logs, {}, None, unit_bytes)
     tables = [
         pa.Table.from_batches([read_unit(f"file://{data}/segments", u).to_arrow()])
         for u in plan.units
@@ -116,6 +126,30 @@ def _limit(data: str, topic: str, out_dir: str) -> tuple[float, int]:
     return time.perf_counter() - start, rows
 
 
+def _ingest(spark: object, base: dict[str, object], namespace: str) -> float:
+    """Warm-up run then the timed run of topic "bench" into ``namespace``; seconds."""
+    warm = IngestConfig(topics=("warmup",), namespace=namespace, **base)  # type: ignore[arg-type]
+    run_ingest(warm, spark, say=lambda s: None)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    cfg = IngestConfig(topics=("bench",), namespace=namespace, **base)  # type: ignore[arg-type]
+    summary = run_ingest(cfg, spark, say=print)  # type: ignore[arg-type]
+    secs = time.perf_counter() - start
+    return secs if summary.rows else float("nan")
+
+
+def _print_profile(prof_dir: str, top: int = 25) -> None:
+    for label, pattern in (("driver", "driver*.prof"), ("Spark tasks", "unit-*.prof")):
+        files = sorted(glob.glob(os.path.join(prof_dir, pattern)))
+        if not files:
+            continue
+        print(f"--- profile: {label} ({len(files)} files), by total time")
+        pstats.Stats(*files).sort_stats("tottime").print_stats(top)
+
+
+def _run_line(name: str, rows: int, mb: float, secs: float) -> str:
+    return f"{name}: {secs:.2f}s  {rows / secs:,.0f} rec/s  {mb / secs:.1f} MB/s"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,7 +157,10 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--value-bytes", type=int, default=200)
     ap.add_argument("--compression", default="none", choices=[c.name.lower() for c in Compression])
+    ap.add_argument("--unit-bytes", type=int, default=DEFAULT_UNIT_BYTES, help="as the job's")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--compare-python", action="store_true", help="also time pure-Python decoding")
+    ap.add_argument("--profile", metavar="DIR", help="write cProfile stats of driver and tasks")
     args = ap.parse_args()
     codec = Compression[args.compression.upper()]
     work = tempfile.mkdtemp(prefix="kafscale-bench-ingest-")
@@ -134,6 +171,9 @@ def main() -> int:
         asyncio.run(_generate(data, "warmup", 20_000, args.value_bytes, codec))
         from ingest_job.spark import get_spark
 
+        if args.profile:
+            os.makedirs(args.profile, exist_ok=True)
+            os.environ[PROFILE_ENV] = os.path.abspath(args.profile)
         spark = get_spark("local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         base = dict(
@@ -142,17 +182,26 @@ def main() -> int:
             partition_by="none",
             master="local[2]",
             progress_interval=5.0,
-            unit_bytes=SEGMENT_BYTES * 2,
+            unit_bytes=args.unit_bytes,
         )
-        run_ingest(IngestConfig(topics=("warmup",), **base), spark, say=lambda s: None)  # type: ignore[arg-type]
-        start = time.perf_counter()
-        summary = run_ingest(IngestConfig(topics=("bench",), **base), spark, say=print)  # type: ignore[arg-type]
-        ingest_s = time.perf_counter() - start
-        assert summary.rows == args.records - args.records % PARTITIONS, summary.lines()
+        prof = cProfile.Profile() if args.profile else None
+        if prof is not None:
+            prof.enable()
+        ingest_s = _ingest(spark, base, "kafscale")
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(os.path.join(args.profile, "driver.prof"))
         limit_dir = f"{work}/limit"
         os.makedirs(limit_dir)
-        limit_s, rows = _limit(data, "bench", limit_dir)
+        limit_s, rows = _limit(data, "bench", limit_dir, args.unit_bytes)
         spark.stop()
+        python_s = None
+        if args.compare_python:
+            os.environ.pop(PROFILE_ENV, None)
+            spark = get_spark("local[2]", conf={"spark.executorEnv.KAFSCALE_PURE_PYTHON": "1"})
+            spark.sparkContext.setLogLevel("ERROR")
+            python_s = _ingest(spark, base, "kafscale_py")
+            spark.stop()
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -161,15 +210,15 @@ def main() -> int:
         f"records: {rows}, segment bytes: {mb:.1f} MB, codec: {args.compression}, "
         f"value bytes: {args.value_bytes}"
     )
-    print(
-        f"ingest (Spark local[2] -> Iceberg): {ingest_s:.2f}s  {rows / ingest_s:,.0f} rec/s  "
-        f"{mb / ingest_s:.1f} MB/s"
-    )
-    print(
-        f"limit  (pyarrow Parquet from memory): {limit_s:.2f}s  {rows / limit_s:,.0f} rec/s  "
-        f"{mb / limit_s:.1f} MB/s"
-    )
+    impl = fastrecords.IMPLEMENTATION
+    print(_run_line(f"ingest (Spark local[2] -> Iceberg, {impl} decoder)", rows, mb, ingest_s))
+    print(_run_line("limit  (pyarrow Parquet from memory)", rows, mb, limit_s))
     print(f"ratio ingest/limit: {limit_s / ingest_s:.1%}")
+    if python_s is not None:
+        print(_run_line("ingest with the pure-Python decoder", rows, mb, python_s))
+        print(f"ratio (pure-Python decoder) ingest/limit: {limit_s / python_s:.1%}")
+    if args.profile:
+        _print_profile(args.profile)
     return 0
 
 

@@ -67,6 +67,8 @@ class Connection(asyncio.BufferedProtocol):
         self.inflight = 0
         self._paused = False
         self._closed = False
+        self._busy = False  # a request is being handled
+        self._draining = False  # the peer hung up: finish the requests it already sent
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- transport callbacks ------------------------------------------------------------
@@ -87,12 +89,24 @@ class Connection(asyncio.BufferedProtocol):
         ]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        peer_closed = not self._closed
         self._closed = True
         self.broker.connections.discard(self)
-        self.broker.release_inflight(self, self.inflight)
-        self.inflight = 0
+        if peer_closed and (self._busy or self._frames) and len(self._tasks) == 2:
+            # Requests the peer sent before hanging up still take effect (an acks=0
+            # produce has no other way to); nobody is left to answer them. The process
+            # loop finishes them and then releases the in-flight bytes.
+            self._draining = True
+            self._tasks[1].cancel()
+            self._frames_ready.set()
+            return
+        self._release_all()
         for t in self._tasks:
             t.cancel()
+
+    def _release_all(self) -> None:
+        self.broker.release_inflight(self, self.inflight)
+        self.inflight = 0
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -170,12 +184,20 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- dispatch -----------------------------------------------------------------------
     async def _process_loop(self) -> None:
-        while not self._closed:
+        try:
+            await self._process()
+        finally:
+            if self._draining:
+                self._release_all()
+
+    async def _process(self) -> None:
+        while not self._closed or (self._draining and self._frames):
             if not self._frames:
                 self._frames_ready.clear()
                 await self._frames_ready.wait()
                 continue
             frame = self._frames.popleft()
+            self._busy = True
             try:
                 item = await self._dispatch(frame)
             except KafkaProtocolError as exc:
@@ -186,7 +208,9 @@ class Connection(asyncio.BufferedProtocol):
                 log.exception("closing %s: handler failed", self.peer)
                 self.close()
                 return
-            if item is None:
+            finally:
+                self._busy = False
+            if item is None or self._draining:
                 continue
             self._out.append(item)
             self._out_ready.set()

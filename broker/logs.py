@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 WHOLE_READ_LIMIT = 16 * 1024 * 1024  # segments up to this size are read (and cached) whole
 ACQUIRE_WAIT_S = 5.0
 MAX_CYCLES_IN_FLIGHT = 2
+JOIN_OFF_LOOP_BYTES = 1 << 20
 
 
 def _end_key(topic: str, partition: int) -> str:
@@ -461,7 +462,12 @@ class LogManager:
             built = build_segment(
                 base, [p.view for p in pend], int(time.time() * 1000), self.config.index_interval
             )
-            data = b"".join(built.buffers)  # one copy: the store body and the tail cache
+            # one copy: the store body and the tail cache. bytes.join drops the GIL for
+            # large joins, so big segments are joined off the event loop
+            if built.size >= JOIN_OFF_LOOP_BYTES:
+                data = await asyncio.to_thread(b"".join, built.buffers)
+            else:
+                data = b"".join(built.buffers)
             ns = self.config.namespace
             skey = segment_key(ns, lg.topic, lg.partition, base)
             # both objects at once: each PUT waits mostly on its fsyncs (or S3 round trip)
@@ -493,16 +499,10 @@ class LogManager:
         raise StoreError(f"could not write {key}: it keeps reappearing")
 
     async def _still_owner(self, lg: PartitionLog) -> bool:
-        """True when the owner key is still ours and nobody committed past our end;
-        otherwise this broker is fenced: it drops the partition at once."""
-        okey, ekey = _owner_key(lg.topic, lg.partition), _end_key(lg.topic, lg.partition)
-        res = await self.meta.txn(
-            [
-                Compare(okey, "value", "==", lg.owner_value),
-                Compare(ekey, "mod_revision", "==", lg.end_rev),
-            ],
-            [],
-        )
+        """True when the owner key still holds our value (broker + epoch: only its holder
+        commits); otherwise this broker is fenced: it drops the partition at once."""
+        okey = _owner_key(lg.topic, lg.partition)
+        res = await self.meta.txn([Compare(okey, "value", "==", lg.owner_value)], [])
         if res.succeeded:
             return True
         log.warning(

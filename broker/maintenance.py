@@ -289,8 +289,8 @@ class Maintenance:
         name = merged_name(run[0].base, built.last_offset)
         key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
         data = b"".join(built.buffers)
-        await logs._put_fresh(index_key_for(key), built.index)
-        etag = await logs._put_fresh(key, data)
+        await logs._put_fresh(index_key_for(key), built.index, lg)
+        etag = await logs._put_fresh(key, data, lg)
         merged = SegmentMeta(
             run[0].base,
             built.last_offset,

@@ -140,11 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = ",".join(f"127.0.0.1:{args.base_port + i}" for i in range(args.brokers))
         print(f"ready: bootstrap {bootstrap} meta {meta} store {store}", flush=True)
         print(f"pids: etcd {etcd.pid} brokers {' '.join(str(x.pid) for x in procs)}", flush=True)
-        while not done.wait(0.5):  # also notice a broker that died on its own
-            for i, proc in enumerate(procs):
-                if proc.poll() is not None and proc.returncode is not None:
-                    print(f"broker {i} exited with {proc.returncode}", flush=True)
-                    done.set()
+        while not done.wait(0.5):  # wake twice a second to notice a broker that died
+            dead = [(i, proc.returncode) for i, proc in enumerate(procs) if proc.poll() is not None]
+            for i, code in dead:
+                print(f"broker {i} exited with {code}; stopping the cluster", flush=True)
+            if dead:
+                return 1
         return 0
     except RuntimeError as exc:
         print(f"error: {exc} (logs under {root})", file=sys.stderr)

@@ -1,20 +1,25 @@
 """Kafka v2 record batches -> Arrow columns (the ingest job's hot path).
 
-Records are decoded straight into column lists (no per-record objects) and turned into
-one ``pyarrow.RecordBatch`` per call, with exactly :data:`RAW_SCHEMA`. Batches are CRC
-checked; control batches (transaction markers) carry no data and are skipped.
+The records of many batches (a whole segment) are decoded in one call of
+:func:`protocol.fastrecords.decode_buffers` (native when the extension is built) straight
+into Arrow buffers, wrapped without per-record Python into one ``pyarrow.RecordBatch`` of
+exactly :data:`RAW_SCHEMA`. Control batches (transaction markers) carry no data and are
+skipped. Header keys that are not UTF-8 are kept with U+FFFD replacements.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocol.batch import BATCH_HEADER_SIZE, BatchHeader, CorruptBatchError, verify_crc
+from protocol.batch import BATCH_HEADER_SIZE, BatchHeader, verify_crc
 from protocol.compression import decompress
 from protocol.errors import KafkaProtocolError
+from protocol.fastrecords import BatchInput, RecordBuffers, decode_buffers
+from protocol.records import Buf
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -43,69 +48,128 @@ class RecordDecodeError(ValueError):
     """A batch whose CRC or record framing is wrong (message names the offset)."""
 
 
-#: zig-zag decode of every one-byte varint
-_ZZ = tuple((b >> 1) ^ -(b & 1) for b in range(128))
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Zig-zag varint at ``pos``: (value, new position)."""
-    shift = 0
-    raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise RecordDecodeError("varint too long")
+#: (header, whole batch view) as ``segments.format.iter_segment_batches`` yields them
+BatchRef = tuple[BatchHeader, memoryview]
 
 
 @dataclass(slots=True)
 class Columns:
-    """Column lists being filled for one (topic, partition)."""
+    """The decoded records of one (topic, partition), as Arrow record batches."""
 
     topic: str
     partition: int
-    offsets: list[int] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)  # ms
-    ts_types: list[int] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    header_offsets: list[int] = field(default_factory=lambda: [0])
-    header_keys: list[str] = field(default_factory=list)
-    header_values: list[bytes | None] = field(default_factory=list)
+    batches: list[pa.RecordBatch] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return sum(b.num_rows for b in self.batches)
+
+    def to_table(self) -> pa.Table:
+        """All records as one table (no copy: one chunk per decoded call)."""
+        return pa.Table.from_batches(self.batches, schema=RAW_SCHEMA)
 
     def to_arrow(self) -> pa.RecordBatch:
-        n = len(self.offsets)
-        ts = pa.array(self.timestamps, pa.int64())
-        ts_us = pc.multiply(ts, 1000).cast(TIMESTAMP_TYPE)
-        hstruct = pa.StructArray.from_arrays(
-            [pa.array(self.header_keys, pa.string()), pa.array(self.header_values, pa.binary())],
-            fields=list(HEADER_TYPE),
-        )
-        headers = pa.ListArray.from_arrays(
-            pa.array(self.header_offsets, pa.int32()),
-            hstruct,
-            type=RAW_SCHEMA.field("headers").type,
-        )
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.topic] * n, pa.string()),
-                pa.array([self.partition] * n, pa.int32()),
-                pa.array(self.offsets, pa.int64()),
-                ts_us,
-                pa.array(self.ts_types, pa.int32()),
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
-                headers,
-            ],
-            schema=RAW_SCHEMA,
-        )
+        """All records as one record batch (concatenated when there are several)."""
+        if len(self.batches) == 1:
+            return self.batches[0]
+        if not self.batches:
+            return pa.RecordBatch.from_pylist([], schema=RAW_SCHEMA)
+        return pa.concat_batches(self.batches)
+
+
+def _binary(
+    kind: pa.DataType, n: int, validity: bytes | None, offsets: bytes, data: bytes, nulls: int
+) -> pa.Array:
+    buf = pa.py_buffer
+    bitmap = buf(validity) if validity is not None else None
+    return pa.Array.from_buffers(
+        kind, n, [bitmap, buf(offsets), buf(data)], null_count=nulls
+    )
+
+
+def record_batch(topic: str, partition: int, rb: RecordBuffers) -> pa.RecordBatch:
+    """One Arrow batch of :data:`RAW_SCHEMA` over the decoder's buffers (no per-row work)."""
+    n, h, buf = rb.count, rb.header_count, pa.py_buffer
+    ts_ms = pa.Array.from_buffers(pa.int64(), n, [None, buf(rb.timestamps)])
+    hstruct = pa.StructArray.from_arrays(
+        [
+            _binary(pa.string(), h, None, rb.header_key_offsets, rb.header_key_data, 0),
+            _binary(
+                pa.binary(), h, rb.header_value_validity, rb.header_value_offsets,
+                rb.header_value_data, rb.header_value_nulls,
+            ),
+        ],  # fmt: skip
+        fields=list(HEADER_TYPE),
+    )
+    headers = pa.ListArray.from_arrays(
+        pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(rb.header_offsets)]),
+        hstruct,
+        type=RAW_SCHEMA.field("headers").type,
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, buf(rb.offsets)]),
+            pc.multiply(ts_ms, 1000).cast(TIMESTAMP_TYPE),
+            pa.Array.from_buffers(pa.int32(), n, [None, buf(rb.timestamp_types)]),
+            _binary(pa.binary(), n, rb.key_validity, rb.key_offsets, rb.key_data, rb.key_nulls),
+            _binary(
+                pa.binary(), n, rb.value_validity, rb.value_offsets, rb.value_data,
+                rb.value_nulls,
+            ),  # fmt: skip
+            headers,
+        ],
+        schema=RAW_SCHEMA,
+    )
+
+
+def _records_of(hdr: BatchHeader, batch: memoryview) -> Buf:
+    """The decompressed records section (a view into ``batch`` when uncompressed)."""
+    body = batch[BATCH_HEADER_SIZE : hdr.size]
+    codec = hdr.compression
+    try:
+        return decompress(codec, body) if codec else body
+    except (ValueError, KafkaProtocolError) as exc:
+        raise RecordDecodeError(
+            f"record batch at offset {hdr.base_offset}: cannot decode records ({exc})"
+        ) from exc
+
+
+def _name_bad_batch(sections: list[BatchInput], start: int, end: int) -> RecordDecodeError:
+    """Re-decode batch by batch (only after a failure) to name the offending batch."""
+    for section, hdr in sections:
+        try:
+            decode_buffers([(section, hdr)], start, end, strict_utf8=False)
+        except KafkaProtocolError as exc:
+            return RecordDecodeError(
+                f"record batch at offset {hdr.base_offset}: cannot decode records ({exc})"
+            )
+    return RecordDecodeError("cannot decode records")
+
+
+def decode_batches_into(cols: Columns, batches: Iterable[BatchRef], start: int, end: int) -> int:
+    """Append the records with ``start <= offset < end`` of many batches in one decoder
+    call (CRCs already checked); returns how many. Control batches are skipped.
+
+    Raises RecordDecodeError naming the bad batch's base offset.
+    """
+    sections: list[BatchInput] = [
+        (_records_of(hdr, view), hdr)
+        for hdr, view in batches
+        if not hdr.is_control and hdr.record_count != 0
+    ]
+    if not sections:
+        return 0
+    try:
+        decoded = decode_buffers(sections, start, end, strict_utf8=False)
+    except KafkaProtocolError:
+        raise _name_bad_batch(sections, start, end) from None
+    added = 0
+    for rb in decoded:
+        if rb.count:
+            cols.batches.append(record_batch(cols.topic, cols.partition, rb))
+            added += rb.count
+    return added
 
 
 def decode_batch_into(
@@ -122,110 +186,4 @@ def decode_batch_into(
     """
     if check_crc and not verify_crc(batch, hdr):
         raise RecordDecodeError(f"record batch at offset {hdr.base_offset}: CRC-32C mismatch")
-    if hdr.is_control or hdr.record_count == 0:
-        return 0
-    body: bytes | memoryview = batch[BATCH_HEADER_SIZE:]
-    codec = hdr.compression
-    try:
-        buf = decompress(codec, body) if codec else bytes(body)
-        return _decode_records(cols, hdr, buf, start, end)
-    except (IndexError, ValueError, KafkaProtocolError) as exc:
-        raise RecordDecodeError(
-            f"record batch at offset {hdr.base_offset}: cannot decode records ({exc})"
-        ) from exc
-
-
-def _decode_records(cols: Columns, hdr: BatchHeader, buf: bytes, start: int, end: int) -> int:
-    """The hot loop: one-byte varints (the common case) are decoded inline via ``_ZZ``."""
-    base = hdr.base_offset
-    ts_fixed = hdr.max_timestamp if hdr.timestamp_type == 1 else None
-    base_ts = hdr.base_timestamp
-    offsets, timestamps = cols.offsets, cols.timestamps
-    keys, values = cols.keys, cols.values
-    hoffs, hkeys, hvals = cols.header_offsets, cols.header_keys, cols.header_values
-    zz = _ZZ
-    varint = _varint
-    pos = 0
-    added = 0
-    for _ in range(hdr.record_count):
-        b = buf[pos]
-        if b < 128:
-            length = zz[b]
-            pos += 1
-        elif buf[pos + 1] < 128:  # two-byte varint
-            raw = (b & 0x7F) | (buf[pos + 1] << 7)
-            length = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            length, pos = varint(buf, pos)
-        rec_end = pos + length
-        b = buf[pos + 1]  # skip attributes
-        if b < 128:
-            ts_delta = zz[b]
-            pos += 2
-        else:
-            ts_delta, pos = varint(buf, pos + 1)
-        b = buf[pos]
-        if b < 128:
-            offset = base + zz[b]
-            pos += 1
-        else:
-            delta, pos = varint(buf, pos)
-            offset = base + delta
-        if offset < start or offset >= end:
-            pos = rec_end
-            continue
-        b = buf[pos]
-        if b < 128:
-            klen = zz[b]
-            pos += 1
-        else:
-            klen, pos = varint(buf, pos)
-        if klen >= 0:
-            keys.append(buf[pos : pos + klen])
-            pos += klen
-        else:
-            keys.append(None)
-        b = buf[pos]
-        if b < 128:
-            vlen = zz[b]
-            pos += 1
-        elif buf[pos + 1] < 128:  # two-byte varint
-            raw = (b & 0x7F) | (buf[pos + 1] << 7)
-            vlen = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            vlen, pos = varint(buf, pos)
-        if vlen >= 0:
-            values.append(buf[pos : pos + vlen])
-            pos += vlen
-        else:
-            values.append(None)
-        b = buf[pos]
-        if b == 0:
-            pos += 1
-        else:
-            pos = _decode_headers(buf, pos, hkeys, hvals)
-        hoffs.append(len(hkeys))
-        if pos != rec_end:
-            raise CorruptBatchError(f"record at offset {offset} overruns its length")
-        offsets.append(offset)
-        timestamps.append(ts_fixed if ts_fixed is not None else base_ts + ts_delta)
-        added += 1
-    cols.ts_types.extend([hdr.timestamp_type] * added)
-    return added
-
-
-def _decode_headers(buf: bytes, pos: int, hkeys: list[str], hvals: list[bytes | None]) -> int:
-    nh, pos = _varint(buf, pos)
-    for _h in range(nh):
-        hk, pos = _varint(buf, pos)
-        hkeys.append(buf[pos : pos + hk].decode("utf-8", "replace"))
-        pos += hk
-        hv, pos = _varint(buf, pos)
-        if hv >= 0:
-            hvals.append(buf[pos : pos + hv])
-            pos += hv
-        else:
-            hvals.append(None)
-    return pos
+    return decode_batches_into(cols, [(hdr, batch)], start, end)

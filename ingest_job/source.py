@@ -26,7 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from ingest_job.decode import SPARK_DDL
 from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units
 from ingest_job.model import WorkUnit, offsets_from_json
-from ingest_job.task import read_unit
+from ingest_job.task import profiled, read_unit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,9 +70,11 @@ class KafsReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafsPartition)
-        batch = read_unit(self.store_url, partition.unit).to_arrow()
-        for start in range(0, batch.num_rows, MAX_BATCH_ROWS):
-            yield batch.slice(start, MAX_BATCH_ROWS)
+        unit = partition.unit
+        cols = profiled(f"read-{unit.unit_id:05d}", read_unit, self.store_url, unit)
+        for batch in cols.batches:
+            for start in range(0, batch.num_rows, MAX_BATCH_ROWS):
+                yield batch.slice(start, MAX_BATCH_ROWS)
 
 
 class KafsDataSource(DataSource):

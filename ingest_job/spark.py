@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,8 +28,12 @@ def prepare_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
 
 
-def get_spark(master: str | None = None, app_name: str = "kafscale-ingest") -> SparkSession:
-    """The active session, or a new one (``master`` only applies to a new session)."""
+def get_spark(
+    master: str | None = None,
+    app_name: str = "kafscale-ingest",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """The active session, or a new one (``master`` and ``conf`` only apply to a new one)."""
     prepare_environment()
     from pyspark.sql import SparkSession
 
@@ -36,6 +41,8 @@ def get_spark(master: str | None = None, app_name: str = "kafscale-ingest") -> S
     if active is not None:
         return active
     builder = SparkSession.builder.appName(app_name)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     if master:
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit

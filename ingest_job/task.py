@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
 
-from ingest_job.decode import RAW_SCHEMA, Columns, RecordDecodeError, decode_batch_into
+from ingest_job.decode import RAW_SCHEMA, Columns, RecordDecodeError, decode_batches_into
 from ingest_job.jsonvals import ARROW_TYPES, JsonColumns, column_name, parse_json_values
 from ingest_job.model import (
     CorruptInputError,
@@ -33,6 +35,10 @@ from segments.format import CorruptSegmentError, iter_segment_batches, validate_
 from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError, open_store
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: environment variable naming a directory for per-task cProfile dumps
+PROFILE_ENV = "KAFSCALE_INGEST_PROFILE"
 
 PARQUET_COMPRESSION = "zstd"
 DEAD_LETTER_SUFFIX = "_dead_letters"
@@ -50,10 +56,16 @@ def dead_letter_table(table: str) -> str:
     return table + DEAD_LETTER_SUFFIX
 
 
-async def _fetch(store_url: str, segs: tuple[SegmentRef, ...]) -> list[bytes]:
+async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes]) -> None:
+    """Fill ``out`` with the segments' bytes.
+
+    The bytes are not the coroutine's result on purpose: in a Spark worker (main thread)
+    ``asyncio.run`` looks up the SIGINT handler it installed, a partial holding the done
+    task, and Python's signal module builds (and throws away) the task's repr, result
+    included: a full ``repr`` of every segment, which cost half of the task's time.
+    """
     store = open_store(store_url)
     try:
-        out: list[bytes] = []
         for seg in segs:
             try:
                 out.append(await store.get(seg.key, if_match=seg.etag or None))
@@ -69,7 +81,6 @@ async def _fetch(store_url: str, segs: tuple[SegmentRef, ...]) -> list[bytes]:
                 ) from exc
             except StoreError as exc:
                 raise CorruptInputError(f"cannot read segment object {seg.key}: {exc}") from exc
-        return out
     finally:
         await store.close()
 
@@ -83,10 +94,12 @@ def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
         if not report.ok:
             raise CorruptInputError(f"corrupt {where}: {'; '.join(report.problems[:3])}")
         try:
-            for _pos, hdr, view in iter_segment_batches(data):
-                if hdr.last_offset < unit.start or hdr.base_offset >= unit.end:
-                    continue
-                decode_batch_into(cols, hdr, view, unit.start, unit.end, check_crc=False)
+            wanted = [
+                (hdr, view)
+                for _pos, hdr, view in iter_segment_batches(data)
+                if hdr.last_offset >= unit.start and hdr.base_offset < unit.end
+            ]
+            decode_batches_into(cols, wanted, unit.start, unit.end)
         except (RecordDecodeError, CorruptSegmentError) as exc:
             raise CorruptInputError(f"corrupt {where}: {exc}") from exc
     return cols
@@ -94,7 +107,8 @@ def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
 
 def read_unit(store_url: str, unit: WorkUnit) -> Columns:
     """Fetch, validate and decode one work unit (the ``kafs`` data source uses it too)."""
-    datas = asyncio.run(_fetch(store_url, unit.segments))
+    datas: list[bytes] = []
+    asyncio.run(_fetch(store_url, unit.segments, datas))
     return decode_unit(unit, datas)
 
 
@@ -170,7 +184,7 @@ def routed_table(base: str, value: object) -> str:
 
 
 def _since(tbl: pa.Table, start: int) -> pa.Table:
-    if start <= 0:
+    if start <= 0 or tbl.num_rows == 0 or pc.min(tbl.column("offset")).as_py() >= start:
         return tbl
     return tbl.filter(pc.greater_equal(tbl.column("offset"), start))
 
@@ -232,14 +246,33 @@ def _write_routed(
     return dead.num_rows, js.conflicts
 
 
+def profiled(name: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, under cProfile when ``$KAFSCALE_INGEST_PROFILE`` names a directory
+    (stats dumped to ``<dir>/<name>-<pid>.prof``; for profiling Spark's Python workers)."""
+    out_dir = os.environ.get(PROFILE_ENV)
+    if not out_dir:
+        return fn(*args)
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(fn, *args)
+    finally:
+        prof.dump_stats(os.path.join(out_dir, f"{name}-{os.getpid()}.prof"))
+
+
 def run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int = 0) -> UnitResult:
     """Decode one unit and write its files; returns what the driver needs to commit.
 
     ``attempt`` (Spark's task attempt number) keeps retried or speculative attempts of the
     same unit from writing the same paths.
     """
+    return profiled(f"unit-{unit.unit_id:05d}-a{attempt}", _run_unit, spec, unit, attempt)
+
+
+def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
     cols = read_unit(spec.store_url, unit)
-    raw = pa.Table.from_batches([cols.to_arrow()])
+    raw = cols.to_table()
     base = spec.table or table_name_for(unit.topic)
     writer = _Writer(spec, unit, attempt)
     tp = (unit.topic, unit.partition)

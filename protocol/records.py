@@ -43,6 +43,8 @@ _ZZ = tuple((b >> 1) ^ -(b & 1) for b in range(128))
 _HDR_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount (CRC-covered header part)
 _HDR_HEAD = struct.Struct(">qiibI")  # baseOffset .. crc
 _MAX_VARINT_SHIFT = 63
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            if result >> 64:  # a 10th byte carrying more than bit 63
+                raise _corrupt("varint too long")
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
         if shift > _MAX_VARINT_SHIFT:
@@ -123,7 +127,15 @@ def decode_batch_columns(batch: Buf, *, check_crc: bool = False) -> BatchColumns
         cols = _decode_records(buf, hdr)
     except (IndexError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise _corrupt(f"malformed record: {exc}") from exc
+    check_int64_range(cols[0], cols[1])
     return BatchColumns(hdr, *cols)
+
+
+def check_int64_range(offsets: list[int], timestamps: list[int]) -> None:
+    """Raise CORRUPT_MESSAGE if a decoded offset or timestamp is outside int64."""
+    for name, col in (("offset", offsets), ("timestamp", timestamps)):
+        if col and (min(col) < _INT64_MIN or max(col) > _INT64_MAX):
+            raise _corrupt(f"record {name} out of the 64-bit range")
 
 
 def decode_batch(batch: Buf, *, check_crc: bool = False) -> tuple[BatchHeader, list[Record]]:
@@ -133,7 +145,7 @@ def decode_batch(batch: Buf, *, check_crc: bool = False) -> tuple[BatchHeader, l
 
 
 def _decode_records(
-    buf: bytes, hdr: BatchHeader
+    buf: bytes, hdr: BatchHeader, errors: str = "strict"
 ) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[Headers]]:
     # The hot loop of the ingest job, deliberately kept as one flat function: one- and
     # two-byte varints are decoded inline (a call per field cost ~30% throughput), list
@@ -222,7 +234,7 @@ def _decode_records(
             add_headers(no_headers)
             pos += 1
         else:
-            hs, pos = _decode_headers(buf, pos)
+            hs, pos = _decode_headers(buf, pos, errors)
             add_headers(hs)
         if pos != end:
             raise _corrupt("record length does not match its fields")
@@ -233,7 +245,7 @@ def _decode_records(
     return offsets, timestamps, keys, values, headers
 
 
-def _decode_headers(buf: bytes, pos: int) -> tuple[Headers, int]:
+def _decode_headers(buf: bytes, pos: int, errors: str = "strict") -> tuple[Headers, int]:
     b = buf[pos]
     if b < 0x80:
         count = _ZZ[b]
@@ -247,7 +259,7 @@ def _decode_headers(buf: bytes, pos: int) -> tuple[Headers, int]:
         klen, pos = _varint(buf, pos)
         if klen < 0:
             raise _corrupt("negative header key length")
-        key = buf[pos : pos + klen].decode("utf-8")
+        key = buf[pos : pos + klen].decode("utf-8", errors)
         pos += klen
         vlen, pos = _varint(buf, pos)
         if vlen >= 0:

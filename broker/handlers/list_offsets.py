@@ -38,7 +38,7 @@ async def _by_timestamp(logs: LogManager, lg: PartitionLog, ts: int) -> tuple[in
                 continue
             _h, records = decode_batch(view)
             for rec in records:
-                if rec.timestamp >= ts:
+                if rec.timestamp >= ts and rec.offset >= lg.log_start:
                     return rec.offset, rec.timestamp
     return -1, -1
 

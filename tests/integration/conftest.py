@@ -92,15 +92,29 @@ class DroppingProxy:
     client never hears so, and must retry it (the retry has to be deduplicated).
 
     Start the broker with ``--advertised-listener 127.0.0.1:<proxy.port>`` so that the
-    clients' every connection goes through the proxy.
+    clients' every connection goes through the proxy. With ``max_drops`` it stops dropping
+    after that many; with ``hold_after_drop`` new connections wait after each drop until
+    ``release()`` (so the test can restart the broker before the client retries).
     """
 
-    def __init__(self, port: int, target_port: int, drop_every: int) -> None:
+    def __init__(
+        self,
+        port: int,
+        target_port: int,
+        drop_every: int,
+        max_drops: int | None = None,
+        hold_after_drop: bool = False,
+    ) -> None:
         self.port = port
         self.target_port = target_port
         self.drop_every = drop_every
+        self.max_drops = max_drops
+        self.hold_after_drop = hold_after_drop
         self.produce_responses = 0
         self.dropped = 0
+        self.drop_seen = threading.Event()
+        self._open = asyncio.Event()
+        self._open.set()
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dropping-proxy", daemon=True)
@@ -112,7 +126,13 @@ class DroppingProxy:
         assert self._started.wait(10), "proxy did not start"
         return self
 
+    def release(self) -> None:
+        """Let held connections through to the broker."""
+        self._loop.call_soon_threadsafe(self._open.set)
+
     def stop(self) -> None:
+        self.release()
+
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
@@ -139,6 +159,7 @@ class DroppingProxy:
         self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
     async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        await self._open.wait()
         try:
             br, bw = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
@@ -181,8 +202,12 @@ class DroppingProxy:
             (corr,) = struct.unpack_from(">i", body)
             if api_of.pop(corr, None) == 0:  # a Produce response
                 self.produce_responses += 1
-                if self.produce_responses % self.drop_every == 0:
+                limit = self.max_drops is None or self.dropped < self.max_drops
+                if limit and self.produce_responses % self.drop_every == 0:
                     self.dropped += 1
+                    if self.hold_after_drop:
+                        self._open.clear()
+                    self.drop_seen.set()
                     return  # the caller closes both sides: the response is lost
             cw.write(head + body)
             await cw.drain()

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.integration
 
 INTACT = "intact"
 INTACT_RECORDS = [(f"k{i}".encode(), f"value-{i}".encode()) for i in range(12)]
-MAX_REQUEST = 1 << 20
+MAX_REQUEST = 4 << 20
+INFLIGHT = 8 << 20
 SMALL_TOPIC = "small-messages"
 
 
@@ -39,7 +40,10 @@ def bad_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
     http = free_port()
     b = start_broker(
         tmp_path_factory.mktemp("bad-input"),
-        extra_args=("--max-request-bytes", str(MAX_REQUEST), "--http", f"127.0.0.1:{http}"),
+        extra_args=(
+            *("--max-request-bytes", str(MAX_REQUEST), "--http", f"127.0.0.1:{http}"),
+            *("--connection-inflight-bytes", str(INFLIGHT)),
+        ),
     )
     b.env["HTTP_PORT"] = str(http)
     try:
@@ -346,6 +350,49 @@ def test_create_topics_rejects_invalid_input(
     assert t.error_message  # the client is told what is wrong
     assert name not in {t.name for t in kr.metadata(bad_broker.port, None).topics}
     assert_serving(bad_broker)
+
+
+def test_client_that_never_reads(bad_broker: BrokerProcess) -> None:
+    """A client pipelines fetches (big responses) and 1 MiB produces and never reads a
+    response: the broker's writes back up, it stops reading that connection once
+    ``--connection-inflight-bytes`` are unanswered (bounded memory), keeps serving others,
+    and frees it all when the client goes away."""
+    big = build_batch([(b"k", bytes(range(256)) * 256, None)] * 4)  # ~256 KiB, incompressible
+    assert kr.produce_raw(bad_broker.port, "hoard", 0, big).error_code == 0
+    fetch = kr.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[("hoard", [(0, -1, 0, -1, 1 << 20)])],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    payload = build_batch([(b"k", bytes(range(256)) * 4096, None)])  # 1 MiB
+    produce = kr.request_bytes(kr.produce_request("hoard", 0, payload, acks=1), 8)
+    s = socket.create_connection(("127.0.0.1", bad_broker.port), timeout=3)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sent = 0
+    pair = kr.request_bytes(fetch, 11) + produce  # a big response, then 1 MiB in
+    try:
+        for _ in range(200):  # 200 MiB in, 250+ MiB out, if the broker never stopped
+            s.sendall(pair)
+            sent += 1
+    except TimeoutError:
+        pass  # the broker stopped reading us: TCP pushes back
+    print(f"{sent} fetch+produce pairs sent before the broker stopped reading")
+    try:
+        assert sent < 100, f"the broker read {sent} MiB without answering"
+        assert_serving(bad_broker)
+        gauges = kr.metrics(int(bad_broker.env["HTTP_PORT"]))
+        assert 0 < gauges["kafscale_inflight_bytes"] <= INFLIGHT + (2 << 20), gauges
+    finally:
+        s.close()
+    gauges = kr.wait_idle(int(bad_broker.env["HTTP_PORT"]))
+    assert gauges["kafscale_inflight_bytes"] == 0, (sent, gauges)
 
 
 def test_nothing_left_behind(bad_broker: BrokerProcess) -> None:

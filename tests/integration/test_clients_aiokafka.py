@@ -56,7 +56,7 @@ def consumer(bootstrap: str, **conf: Any) -> Any:
 
 @pytest.mark.parametrize("codec", AIO_CODECS)
 async def test_roundtrip_keys_values_headers_nulls(
-    shared_broker: BrokerProcess, codec: str | None
+    any_broker: BrokerProcess, codec: str | None
 ) -> None:
     from aiokafka import TopicPartition
 
@@ -69,7 +69,7 @@ async def test_roundtrip_keys_values_headers_nulls(
         {"key": None, "value": b""},  # key and value both None: aiokafka refuses
     ]
     items += [{"key": b"%d" % i, "value": payload(i, 400)} for i in range(150)]
-    p = producer(shared_broker.bootstrap, compression_type=codec, linger_ms=20)
+    p = producer(any_broker.bootstrap, compression_type=codec, linger_ms=20)
     await p.start()
     try:
         metas = await send_all(p, topic, items)
@@ -77,7 +77,7 @@ async def test_roundtrip_keys_values_headers_nulls(
         await p.stop()
     assert [m.offset for m in metas] == list(range(len(items)))
 
-    c = consumer(shared_broker.bootstrap)
+    c = consumer(any_broker.bootstrap)
     await c.start()
     try:
         c.assign([TopicPartition(topic, 0)])
@@ -91,18 +91,18 @@ async def test_roundtrip_keys_values_headers_nulls(
     assert got[1].timestamp == ts
 
 
-async def test_keyed_partitions_idempotent_large(shared_broker: BrokerProcess) -> None:
+async def test_keyed_partitions_idempotent_large(any_broker: BrokerProcess) -> None:
     """16 partitions, keyed records with an idempotent producer, plus ≥1 MiB records."""
     from aiokafka import TopicPartition
 
     topic = unique_topic("aio-keyed")
-    create_topic(shared_broker.bootstrap, topic, 16)
+    create_topic(any_broker.bootstrap, topic, 16)
     items: list[dict[str, Any]] = [
         {"key": b"key-%d" % (i % 50), "value": b"%d" % i} for i in range(1000)
     ]
     big = [payload(i, 1_100_000) for i in range(2)]
     p = producer(
-        shared_broker.bootstrap,
+        any_broker.bootstrap,
         enable_idempotence=True,
         linger_ms=5,
         compression_type="lz4",
@@ -116,7 +116,7 @@ async def test_keyed_partitions_idempotent_large(shared_broker: BrokerProcess) -
     finally:
         await p.stop()
     assert big_metas[0].partition == big_metas[1].partition
-    c = consumer(shared_broker.bootstrap, max_partition_fetch_bytes=1_048_576)
+    c = consumer(any_broker.bootstrap, max_partition_fetch_bytes=1_048_576)
     await c.start()
     try:
         c.assign([TopicPartition(topic, part) for part in range(16)])
@@ -139,13 +139,13 @@ async def test_keyed_partitions_idempotent_large(shared_broker: BrokerProcess) -
     assert sorted(int(r.value) for r in got if r.key != b"big") == list(range(1000))
 
 
-async def test_offsets_for_times_seek_and_reset(shared_broker: BrokerProcess) -> None:
+async def test_offsets_for_times_seek_and_reset(any_broker: BrokerProcess) -> None:
     from aiokafka import TopicPartition
     from aiokafka.errors import OffsetOutOfRangeError
 
     topic = unique_topic("aio-offsets")
     base = 1_640_000_000_000
-    p = producer(shared_broker.bootstrap, linger_ms=50)
+    p = producer(any_broker.bootstrap, linger_ms=50)
     await p.start()
     try:
         await send_all(
@@ -154,7 +154,7 @@ async def test_offsets_for_times_seek_and_reset(shared_broker: BrokerProcess) ->
     finally:
         await p.stop()
     tp = TopicPartition(topic, 0)
-    c = consumer(shared_broker.bootstrap)
+    c = consumer(any_broker.bootstrap)
     await c.start()
     try:
         assert await c.beginning_offsets([tp]) == {tp: 0}
@@ -171,7 +171,7 @@ async def test_offsets_for_times_seek_and_reset(shared_broker: BrokerProcess) ->
     finally:
         await c.stop()
 
-    strict = consumer(shared_broker.bootstrap, auto_offset_reset="none")
+    strict = consumer(any_broker.bootstrap, auto_offset_reset="none")
     await strict.start()
     try:
         strict.assign([tp])

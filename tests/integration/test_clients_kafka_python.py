@@ -61,9 +61,7 @@ def read(c: Any, count: int, timeout: float = TIMEOUT) -> list[Any]:
 
 
 @pytest.mark.parametrize("codec", KP_CODECS)
-def test_roundtrip_keys_values_headers_nulls(
-    shared_broker: BrokerProcess, codec: str | None
-) -> None:
+def test_roundtrip_keys_values_headers_nulls(any_broker: BrokerProcess, codec: str | None) -> None:
     from kafka import TopicPartition
 
     topic = unique_topic(f"kp-rt-{codec}")
@@ -75,7 +73,7 @@ def test_roundtrip_keys_values_headers_nulls(
         {"key": None, "value": b"", "headers": [("empty", b"")]},  # key+value None: refused
     ]
     items += [{"key": b"%d" % i, "value": payload(i, 500)} for i in range(150)]
-    p = kproducer(shared_broker.bootstrap, compression_type=codec, linger_ms=20)
+    p = kproducer(any_broker.bootstrap, compression_type=codec, linger_ms=20)
     try:
         metas = send_all(p, topic, items)
     finally:
@@ -83,7 +81,7 @@ def test_roundtrip_keys_values_headers_nulls(
     assert [m.offset for m in metas] == list(range(len(items)))
     assert metas[1].timestamp == ts
 
-    c = kconsumer(shared_broker.bootstrap)
+    c = kconsumer(any_broker.bootstrap)
     try:
         c.assign([TopicPartition(topic, 0)])
         got = read(c, len(items))
@@ -96,18 +94,18 @@ def test_roundtrip_keys_values_headers_nulls(
     assert got[1].timestamp == ts
 
 
-def test_keyed_partitioning_16_partitions(shared_broker: BrokerProcess) -> None:
+def test_keyed_partitioning_16_partitions(any_broker: BrokerProcess) -> None:
     from kafka import TopicPartition
 
     topic = unique_topic("kp-keyed")
-    create_topic(shared_broker.bootstrap, topic, 16)
+    create_topic(any_broker.bootstrap, topic, 16)
     items = [{"key": b"key-%d" % (i % 40), "value": b"%d" % i} for i in range(800)]
-    p = kproducer(shared_broker.bootstrap, compression_type="gzip", linger_ms=10)
+    p = kproducer(any_broker.bootstrap, compression_type="gzip", linger_ms=10)
     try:
         metas = send_all(p, topic, items)
     finally:
         p.close(timeout=5)
-    c = kconsumer(shared_broker.bootstrap)
+    c = kconsumer(any_broker.bootstrap)
     try:
         c.assign([TopicPartition(topic, part) for part in range(16)])
         got = read(c, len(items))

@@ -51,14 +51,14 @@ def run_js(js_dir: Path, *args: str) -> Any:
 
 @pytest.mark.parametrize("codec", ["none", "gzip"])
 def test_kafkajs_produce_confluent_consume(
-    shared_broker: BrokerProcess, kafkajs: Path, codec: str
+    any_broker: BrokerProcess, kafkajs: Path, codec: str
 ) -> None:
     topic = unique_topic(f"js-prod-{codec}")
     n = 250
-    md = run_js(kafkajs, "produce", shared_broker.bootstrap, topic, str(n), codec, "false")
+    md = run_js(kafkajs, "produce", any_broker.bootstrap, topic, str(n), codec, "false")
     assert all(m["errorCode"] == 0 and m["partition"] == 0 for m in md)
     assert sorted(int(m["baseOffset"]) for m in md) == list(range(0, n + 2, 100))
-    got = consume(shared_broker.bootstrap, topic, {0: 0}, n + 2)
+    got = consume(any_broker.bootstrap, topic, {0: 0}, n + 2)
     assert [r.offset for r in got] == list(range(n + 2))
     for i, r in enumerate(got[:n]):
         assert (r.key, r.value) == (f"key-{i % 7}".encode(), f"value-{i}".encode())
@@ -81,11 +81,9 @@ def test_kafkajs_idempotent_producer(shared_broker: BrokerProcess, kafkajs: Path
         assert offs == list(range(len(offs)))
 
 
-def test_kafkajs_consumer_run_and_admin_offsets(
-    shared_broker: BrokerProcess, kafkajs: Path
-) -> None:
+def test_kafkajs_consumer_run_and_admin_offsets(any_broker: BrokerProcess, kafkajs: Path) -> None:
     topic = unique_topic("js-cons")
-    create_topic(shared_broker.bootstrap, topic, 3)
+    create_topic(any_broker.bootstrap, topic, 3)
     items: list[dict[str, Any]] = [
         {
             "partition": i % 3,
@@ -96,9 +94,9 @@ def test_kafkajs_consumer_run_and_admin_offsets(
         for i in range(90)
     ]
     items.append({"partition": 0, "key": None, "value": None, "headers": [("h", b"x")]})
-    p = producer(shared_broker.bootstrap, **{"linger.ms": 5, "compression.type": "snappy"})
+    p = producer(any_broker.bootstrap, **{"linger.ms": 5, "compression.type": "snappy"})
     acks = produce_acked(p, topic, items)
-    got = run_js(kafkajs, "consume", shared_broker.bootstrap, topic, str(len(items)), topic + "-g")
+    got = run_js(kafkajs, "consume", any_broker.bootstrap, topic, str(len(items)), topic + "-g")
     assert sorted((m["partition"], m["offset"]) for m in got) == sorted(
         (a.partition, a.offset) for a in acks
     )
@@ -108,7 +106,7 @@ def test_kafkajs_consumer_run_and_admin_offsets(
         assert (m["partition"], m["key"], m["timestamp"]) == (i % 3, f"k{i}", 1_600_000_000_000 + i)
     assert by_value[None]["key"] is None and by_value[None]["headers"] == {"h": "x"}
 
-    offs = run_js(kafkajs, "offsets", shared_broker.bootstrap, topic, str(1_600_000_000_000 + 45))
+    offs = run_js(kafkajs, "offsets", any_broker.bootstrap, topic, str(1_600_000_000_000 + 45))
     latest = {o["partition"]: (int(o["low"]), int(o["high"])) for o in offs["latest"]}
     assert latest == {0: (0, 31), 1: (0, 30), 2: (0, 30)}
     # record i sits at partition i % 3, offset i // 3: first timestamp >= +45 per partition

@@ -18,12 +18,12 @@ pytestmark = [
 ]
 
 
-def kcat(bootstrap: str, *args: str, stdin: bytes | None = None) -> bytes:
+def kcat(bootstrap: str, *args: str, stdin: bytes | None = None, timeout: float = 60) -> bytes:
     proc = subprocess.run(
         ["kcat", "-b", bootstrap, "-X", "socket.timeout.ms=10000", *args],
         input=stdin,
         capture_output=True,
-        timeout=60,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return proc.stdout
@@ -34,29 +34,29 @@ def consume_json(bootstrap: str, topic: str, *args: str) -> list[dict[str, Any]]
     return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
 
 
-def test_kcat_metadata(shared_broker: BrokerProcess) -> None:
+def test_kcat_metadata(any_broker: BrokerProcess) -> None:
     topic = unique_topic("kc-meta")
-    create_topic(shared_broker.bootstrap, topic, 4)
-    md = json.loads(kcat(shared_broker.bootstrap, "-L", "-J", "-t", topic))
-    assert [(b["id"], b["name"]) for b in md["brokers"]] == [(0, shared_broker.bootstrap)]
+    create_topic(any_broker.bootstrap, topic, 4)
+    md = json.loads(kcat(any_broker.bootstrap, "-L", "-J", "-t", topic))
+    assert [(b["id"], b["name"]) for b in md["brokers"]] == [(0, any_broker.bootstrap)]
     (t,) = md["topics"]
     assert t["topic"] == topic
     assert [(p["partition"], p["leader"]) for p in t["partitions"]] == [(i, 0) for i in range(4)]
-    plain = kcat(shared_broker.bootstrap, "-L", "-t", topic).decode()
+    plain = kcat(any_broker.bootstrap, "-L", "-t", topic).decode()
     assert f'topic "{topic}" with 4 partitions' in plain
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_kcat_produce_consume_keys_headers(shared_broker: BrokerProcess, codec: str) -> None:
+def test_kcat_produce_consume_keys_headers(any_broker: BrokerProcess, codec: str) -> None:
     topic = unique_topic(f"kc-pc-{codec}")
     lines = [f"key{i}:value {i} " + "x" * (i % 50) for i in range(300)] + [":no key", "k:"]
     kcat(
-        shared_broker.bootstrap,
+        any_broker.bootstrap,
         "-P", "-t", topic, "-p", "0", "-K:", "-Z", "-z", codec,
         "-H", "trace=abc", "-H", "n=1",
         stdin=("\n".join(lines) + "\n").encode(),
     )  # fmt: skip
-    got = consume_json(shared_broker.bootstrap, topic, "-o", "beginning")
+    got = consume_json(any_broker.bootstrap, topic, "-o", "beginning")
     assert [m["offset"] for m in got] == list(range(len(lines)))
     assert all(m["headers"] == ["trace", "abc", "n", "1"] for m in got)
     pairs = [(m["key"], m["payload"]) for m in got]
@@ -85,3 +85,19 @@ def test_kcat_offsets_and_partitions(shared_broker: BrokerProcess) -> None:
     assert [m["offset"] for m in since] == list(range(10))
     future = consume_json(shared_broker.bootstrap, topic, "-p", "0", "-o", f"s@{ts + 3_600_000}")
     assert future == []
+
+
+def test_kcat_fire_and_forget_acks0(shared_broker: BrokerProcess) -> None:
+    """kcat -P with acks=0 exits as soon as it has sent: the records (and the topic they
+    auto-create) must still land."""
+    topic = unique_topic("kc-acks0")
+    data = "".join(f"k{i}:v{i}\n" for i in range(500)).encode()
+    kcat(shared_broker.bootstrap, "-P", "-t", topic, "-K:", "-X", "acks=0", "-z", "lz4", stdin=data)
+    # -c stops after the count; the consumer's long poll waits for records still committing
+    out = kcat(
+        shared_broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-c", "500", "-J", timeout=20
+    )
+    got = [json.loads(line) for line in out.decode().splitlines()]
+    assert [(m["offset"], m["key"], m["payload"]) for m in got] == [
+        (i, f"k{i}", f"v{i}") for i in range(500)
+    ]

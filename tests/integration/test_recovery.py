@@ -70,62 +70,78 @@ def _inspect_target(backend: Backend, key: str) -> str:
     return f"{base.rstrip('/')}/{key}?{query}"
 
 
-@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
-def test_kill9_during_acks_all_produce(
-    backend: Backend, tmp_path: Path, started: list[BrokerProcess], idempotent: bool
-) -> None:
-    """Several partitions, so a flush cycle's one transaction spans them all."""
-    seed = random.randrange(1 << 30)
-    rnd = random.Random(seed)
-    b = _start(backend, tmp_path / "broker", started, "--default-partitions", str(PARTS))
-    topic = "recover"
-    acked: dict[bytes, tuple[int, int]] = {}
-    lock = threading.Lock()
+class CrashLoad:
+    """A confluent-kafka producer (acks=all) that records every acknowledged record's
+    (partition, offset) and keeps a steady load until the broker dies."""
 
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+    def __init__(self, b: BrokerProcess, topic: str, idempotent: bool) -> None:
+        self.b, self.topic = b, topic
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.lock = threading.Lock()
+        self.loaded = threading.Event()  # the first record of the load phase is acked
+        self.sent = 0
+        self.p = Producer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "acks": "all",
+                "linger.ms": 2,
+                "message.timeout.ms": 30000,
+                "retry.backoff.ms": 100,
+                "reconnect.backoff.max.ms": 300,
+                "enable.idempotence": idempotent,
+                "log_level": 0,
+            }
+        )
+
+    def _cb(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:
-            with lock:
-                acked[msg.value() or b""] = (msg.partition() or 0, msg.offset() or 0)
+            with self.lock:
+                self.acked[msg.value() or b""] = (msg.partition() or 0, msg.offset() or 0)
+            if (msg.value() or b"").startswith(b"m-"):
+                self.loaded.set()
 
-    p = Producer(
-        {
-            "bootstrap.servers": b.bootstrap,
-            "acks": "all",
-            "linger.ms": 2,
-            "message.timeout.ms": 30000,
-            "retry.backoff.ms": 100,
-            "reconnect.backoff.max.ms": 300,
-            "enable.idempotence": idempotent,
-            "log_level": 0,
-        }
-    )
-    # warm up: the topic exists and some data is durable before the crash
-    for i in range(100):
-        p.produce(topic, key=b"w%d" % i, value=b"warm-%d" % i, on_delivery=on_delivery)
-    assert p.flush(20) == 0 and len(acked) == 100
-    kill_after = rnd.uniform(0.2, 1.5)
-    killer = threading.Timer(kill_after, b.kill9)
-    killer.start()
-    i = 0
-    while b.proc is not None and b.proc.poll() is None and i < MAX_MESSAGES:
-        for _ in range(100):  # steady load up to the kill, paced by polling
-            try:
-                p.produce(topic, key=b"k%d" % (i % 7), value=b"m-%d" % i, on_delivery=on_delivery)
-                i += 1
-            except BufferError:
-                break
-        p.poll(0.005)
-    killer.join()
-    with lock:
-        acked_before_kill = dict(acked)
-    print(f"seed {seed}: killed after {kill_after:.2f}s, {i} sent, {len(acked_before_kill)} acked")
-    b.start()  # same port, same store and metadata
-    assert p.flush(45) == 0
-    assert len(acked_before_kill) > 100, f"seed {seed}: nothing acknowledged under load"
-    produced = {b"warm-%d" % j for j in range(100)} | {b"m-%d" % j for j in range(i)}
+    def warm_up(self, n: int) -> None:
+        for i in range(n):
+            self.p.produce(self.topic, key=b"w%d" % i, value=b"warm-%d" % i, on_delivery=self._cb)
+        assert self.p.flush(20) == 0 and len(self.acked) == n
+
+    def until_killed(self, kill_after: float) -> dict[bytes, tuple[int, int]]:
+        """Produce until a thread kills the broker ``kill_after`` s after the first load
+        ack; return what was acknowledged by then."""
+
+        def kill_under_load() -> None:
+            self.loaded.wait(30)  # set from the producer's callbacks in the main thread
+            time.sleep(kill_after)  # the random moment, counted from the first load ack
+            self.b.kill9()
+
+        killer = threading.Thread(target=kill_under_load)
+        killer.start()
+        proc = self.b.proc
+        while proc is not None and proc.poll() is None and self.sent < MAX_MESSAGES:
+            for _ in range(100):  # steady load up to the kill, paced by polling
+                i = self.sent
+                try:
+                    self.p.produce(
+                        self.topic, key=b"k%d" % (i % 7), value=b"m-%d" % i, on_delivery=self._cb
+                    )
+                except BufferError:
+                    break
+                self.sent += 1
+            self.p.poll(0.005)
+        killer.join()
+        with self.lock:
+            return dict(self.acked)
+
+
+def _check_recovered(
+    backend: Backend, b: BrokerProcess, load: CrashLoad, idempotent: bool, seed: int
+) -> None:
+    """Every acked record at its (partition, offset); contiguous, valid logs; the next
+    produce continues at each log end."""
+    produced = {b"warm-%d" % j for j in range(100)} | {b"m-%d" % j for j in range(load.sent)}
     found: dict[bytes, tuple[int, int]] = {}
     for part in range(PARTS):
-        got = kr.fetch_all(b.port, topic, part)
+        got = kr.fetch_all(b.port, load.topic, part)
         assert got.error_code == 0
         offsets = [o for o, _, _ in got.records]
         assert offsets == list(range(got.high_watermark)), f"seed {seed}: gap in {part}"
@@ -136,17 +152,36 @@ def test_kill9_during_acks_all_produce(
             sent = [v for v in values if v.startswith(b"m-")]
             assert sent == sorted(sent, key=lambda v: int(v[2:]))
         found.update({v: (part, o) for o, _, v in got.records if v is not None})
-        state = check_partition(backend, topic, part)
+        state = check_partition(backend, load.topic, part)
         assert state.next_offset == got.high_watermark
         assert state.epoch >= 2  # the restart took ownership again
-        res = kr.produce_raw(b.port, topic, part, build_batch([(b"after", b"restart", None)]))
+        batch = build_batch([(b"after", b"restart", None)])
+        res = kr.produce_raw(b.port, load.topic, part, batch)
         assert res.error_code == 0 and res.base_offset == got.high_watermark
-    lost = {v: po for v, po in acked.items() if found.get(v) != po}
-    assert not lost, f"seed {seed}: {len(lost)} acked records lost or moved, e.g. {list(lost)[:3]}"
+    lost = {v: po for v, po in load.acked.items() if found.get(v) != po}
+    assert not lost, f"seed {seed}: {len(lost)} acked records lost or moved: {list(lost)[:3]}"
     if idempotent:
-        assert len(found) == len(acked)
+        assert len(found) == len(load.acked)
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_kill9_during_acks_all_produce(
+    backend: Backend, tmp_path: Path, started: list[BrokerProcess], idempotent: bool
+) -> None:
+    """Several partitions, so a flush cycle's one transaction spans them all."""
+    seed = random.randrange(1 << 30)
+    kill_after = random.Random(seed).uniform(0.05, 1.2)
+    b = _start(backend, tmp_path / "broker", started, "--default-partitions", str(PARTS))
+    load = CrashLoad(b, "recover", idempotent)
+    load.warm_up(100)  # the topic exists and some data is durable before the crash
+    before = load.until_killed(kill_after)
+    print(f"seed {seed}: killed {kill_after:.2f}s in, {load.sent} sent, {len(before)} acked")
+    b.start()  # same port, same store and metadata
+    assert load.p.flush(45) == 0
+    assert load.loaded.is_set() and len(before) > 100, f"seed {seed}: no load acked"
+    _check_recovered(backend, b, load, idempotent, seed)
     b.stop()
-    state = check_partition(backend, topic, 0)
+    state = check_partition(backend, load.topic, 0)
     out = inspect_cli(_inspect_target(backend, state.keys[-1]))
     assert out.returncode == 0, out.stdout + out.stderr
     assert str(state.next_offset - 1) in out.stdout

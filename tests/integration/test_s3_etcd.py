@@ -242,7 +242,13 @@ def test_etcd_restart_under_load(seaweedfs_s3: S3Endpoint, tmp_path: Path) -> No
         }
     )
     try:
-        bounce = threading.Thread(target=lambda: (time.sleep(0.5), etcd.stop(), time.sleep(2.0)))
+
+        def outage() -> None:
+            time.sleep(0.5)  # let the load run first
+            etcd.stop()
+            time.sleep(2.0)  # etcd stays away this long
+
+        bounce = threading.Thread(target=outage)
         bounce.start()
         i = 0
         while bounce.is_alive() or i < 3000:

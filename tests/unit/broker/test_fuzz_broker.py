@@ -118,8 +118,8 @@ def test_broker_serves_after_fuzzing(fuzz_broker: BrokerProcess) -> None:
     """Runs after the fuzz test (file order): the broker still works end to end."""
     log = fuzz_broker.log_text()
     assert "Traceback" not in log
-    m = kr.wait_idle(int(fuzz_broker.env["HTTP_PORT"]))
-    assert m["kafscale_connections"] == 0 and m["kafscale_inflight_bytes"] == 0
+    gauges = kr.wait_idle(int(fuzz_broker.env["HTTP_PORT"]))
+    assert gauges["kafscale_connections"] == 0 and gauges["kafscale_inflight_bytes"] == 0
     got = kr.fetch_all(fuzz_broker.port, FUZZ_TOPIC, 0)
     assert got.error_code == 0
     assert got.records[0] == (0, b"seed", b"first")

@@ -452,3 +452,37 @@ async def test_pending_deletions_spare_a_recreated_topic(tmp_path: Path) -> None
         assert await read_all(b.logs, lg) == expected(1)
     finally:
         await b.stop()
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+async def test_delete_records_handler_every_version(node: Broker, version: int) -> None:
+    from kafka.protocol.admin import DeleteRecordsRequest
+
+    from broker.handlers.delete_records import handle
+    from broker.handlers.registry import RequestContext
+    from protocol.codec import decode_request, response_class
+    from protocol.frame import RequestHeader
+
+    await produce(node.logs, 3)
+    req = DeleteRecordsRequest(
+        topics=[(TOPIC, [(0, 4), (7, 1)]), ("nope", [(0, 1)])], timeout_ms=1000
+    )
+    body = memoryview(bytes(req.encode(version=version)))
+    ctx = RequestContext(broker=node, header=RequestHeader(21, version, 1, "t", 0))
+    resp = await handle(ctx, decode_request(21, version, body))
+    raw = bytes(resp.encode(version=version))
+    out = response_class(21).decode(raw, version=version)
+    got = {
+        (t.name, p.partition_index): (p.error_code, p.low_watermark)
+        for t in out.topics
+        for p in t.partitions
+    }
+    unknown = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    assert got == {(TOPIC, 0): (0, 4), (TOPIC, 7): (unknown, -1), ("nope", 0): (unknown, -1)}
+    lg = await node.logs.get(TOPIC, 0)
+    assert lg.log_start == 4 and [s.base for s in lg.segments] == [4]
+    req = DeleteRecordsRequest(topics=[(TOPIC, [(0, 99)])], timeout_ms=1000)
+    body = memoryview(bytes(req.encode(version=version)))
+    resp = await handle(ctx, decode_request(21, version, body))
+    (t,) = resp.topics
+    assert t.partitions[0].error_code == int(ErrorCode.OFFSET_OUT_OF_RANGE)
