@@ -7,7 +7,13 @@ setup(
         Extension(
             "protocol._fastrecords",
             ["protocol/_fastrecords.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            extra_compile_args=[
+                "-O2",
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Wno-missing-field-initializers",
+            ],
             optional=True,
         )
     ]

@@ -479,7 +479,13 @@ class LogManager:
             self.stats["segments"] += 1
             self.stats["segment_bytes"] += built.size
             return SegmentMeta(
-                base, built.last_offset, built.size, built.record_count, built.max_timestamp, etag
+                base,
+                built.last_offset,
+                built.size,
+                built.record_count,
+                built.max_timestamp,
+                etag,
+                created_ms=int(time.time() * 1000),
             )
 
     async def _put_fresh(self, key: str, data: bytes, owner: PartitionLog | None = None) -> str:

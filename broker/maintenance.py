@@ -114,12 +114,14 @@ def retention_victims(
     segments: Sequence[SegmentMeta], now_ms: int, retention_ms: int, retention_bytes: int
 ) -> int:
     """How many segments to drop from the head (never the last one), as Kafka does: while
-    the head segment's max timestamp is older than ``retention_ms``, or while dropping it
+    the head segment's max timestamp — and its write time: our segments are small, so a
+    record with an old timestamp must not go the moment it lands — is older than
+    ``retention_ms``, or while dropping it
     leaves the partition at least ``retention_bytes`` big (-1: no limit)."""
     total = sum(s.size for s in segments)
     n = 0
     for seg in segments[:-1]:
-        by_time = retention_ms >= 0 and 0 <= seg.max_ts < now_ms - retention_ms
+        by_time = retention_ms >= 0 and 0 <= seg.retention_ts < now_ms - retention_ms
         by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
         if not (by_time or by_size):
             break
@@ -299,6 +301,7 @@ class Maintenance:
             built.max_timestamp,
             etag,
             name,
+            max(s.created_ms for s in run),
         )
         if not await self._commit_merge(lg, run, merged):
             return False

@@ -37,6 +37,14 @@ class SegmentMeta:
     # object name under ``{ns}/{t}/{p}/`` when it is not ``segment-{base:020d}.kfs``
     # (merged segments: ``segment-{base:020d}-{last:020d}.kfs``, docs/format.md)
     key: str = ""
+    # wall-clock ms when the data was written (-1: unknown); retention.ms counts from
+    # the later of this and max_ts, so data produced with old timestamps is not dropped
+    # the moment it lands (Kafka keeps it in its active segment; ours are small)
+    created_ms: int = -1
+
+    @property
+    def retention_ts(self) -> int:
+        return max(self.max_ts, self.created_ms)
 
     def to_json(self) -> bytes:
         d: dict[str, int | str] = {
@@ -49,6 +57,8 @@ class SegmentMeta:
         }
         if self.key:
             d["key"] = self.key
+        if self.created_ms >= 0:
+            d["created"] = self.created_ms
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -62,6 +72,7 @@ class SegmentMeta:
             int(d.get("max_ts", -1)),
             str(d.get("etag", "")),
             str(d.get("key", "")),
+            int(d.get("created", -1)),
         )
 
 

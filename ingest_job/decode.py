@@ -81,9 +81,7 @@ def _binary(
 ) -> pa.Array:
     buf = pa.py_buffer
     bitmap = buf(validity) if validity is not None else None
-    return pa.Array.from_buffers(
-        kind, n, [bitmap, buf(offsets), buf(data)], null_count=nulls
-    )
+    return pa.Array.from_buffers(kind, n, [bitmap, buf(offsets), buf(data)], null_count=nulls)
 
 
 def record_batch(topic: str, partition: int, rb: RecordBuffers) -> pa.RecordBatch:
@@ -94,10 +92,14 @@ def record_batch(topic: str, partition: int, rb: RecordBuffers) -> pa.RecordBatc
         [
             _binary(pa.string(), h, None, rb.header_key_offsets, rb.header_key_data, 0),
             _binary(
-                pa.binary(), h, rb.header_value_validity, rb.header_value_offsets,
-                rb.header_value_data, rb.header_value_nulls,
+                pa.binary(),
+                h,
+                rb.header_value_validity,
+                rb.header_value_offsets,
+                rb.header_value_data,
+                rb.header_value_nulls,
             ),
-        ],  # fmt: skip
+        ],
         fields=list(HEADER_TYPE),
     )
     headers = pa.ListArray.from_arrays(
@@ -114,9 +116,13 @@ def record_batch(topic: str, partition: int, rb: RecordBuffers) -> pa.RecordBatc
             pa.Array.from_buffers(pa.int32(), n, [None, buf(rb.timestamp_types)]),
             _binary(pa.binary(), n, rb.key_validity, rb.key_offsets, rb.key_data, rb.key_nulls),
             _binary(
-                pa.binary(), n, rb.value_validity, rb.value_offsets, rb.value_data,
+                pa.binary(),
+                n,
+                rb.value_validity,
+                rb.value_offsets,
+                rb.value_data,
                 rb.value_nulls,
-            ),  # fmt: skip
+            ),
             headers,
         ],
         schema=RAW_SCHEMA,

@@ -160,9 +160,27 @@ def _decode_native(
     n, off, ts, tst, kv, ko, kd, kn, vv, vo, vd, vn, ho, hko, hkd, hvv, hvo, hvd, hc, hvn = raw
     return [
         RecordBuffers(
-            n, off, ts, tst, kv if kn else None, ko, kd, kn, vv if vn else None, vo, vd, vn,
-            ho, hko, hkd, hvv if hvn else None, hvo, hvd, hc, hvn,
-        )  # fmt: skip
+            n,
+            off,
+            ts,
+            tst,
+            kv if kn else None,
+            ko,
+            kd,
+            kn,
+            vv if vn else None,
+            vo,
+            vd,
+            vn,
+            ho,
+            hko,
+            hkd,
+            hvv if hvn else None,
+            hvo,
+            hvd,
+            hc,
+            hvn,
+        )
     ]
 
 
@@ -217,10 +235,27 @@ def _decode_python(
     hoffs.extend(accumulate(len(hs) for hs in headers))
     return [
         RecordBuffers(
-            len(offsets), array("q", offsets).tobytes(), array("q", timestamps).tobytes(),
-            array("i", ts_types).tobytes(), kv, ko, kd, kn, vv, vo, vd, vn, hoffs.tobytes(),
-            hko, hkd, hvv, hvo, hvd, len(flat), hvn,
-        )  # fmt: skip
+            len(offsets),
+            array("q", offsets).tobytes(),
+            array("q", timestamps).tobytes(),
+            array("i", ts_types).tobytes(),
+            kv,
+            ko,
+            kd,
+            kn,
+            vv,
+            vo,
+            vd,
+            vn,
+            hoffs.tobytes(),
+            hko,
+            hkd,
+            hvv,
+            hvo,
+            hvd,
+            len(flat),
+            hvn,
+        )
     ]
 
 

@@ -1,0 +1,52 @@
+"""The benchmark harness's pure parts: percentiles, the median trial, the report table.
+(The harness itself is run by hand: ``python -m bench.broker --quick``.)"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bench.broker import MB, QUICK, _median, _percentile, format_table
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert _percentile(values, 0.50) == 50.0
+    assert _percentile(values, 0.99) == 99.0
+    assert _percentile([7.0], 0.99) == 7.0
+    assert math.isnan(_percentile([], 0.5))
+
+
+def _produce(mbs: float, p50: float) -> dict[str, Any]:
+    return {"messages": 1000, "bytes": int(mbs * MB), "seconds": 1.0, "errors": 0,
+            "p50_ms": p50, "p99_ms": 2 * p50}  # fmt: skip
+
+
+def _consume(mbs: float) -> dict[str, Any]:
+    n = int(mbs * MB)
+    return {"messages": 1000, "bytes": n, "seconds": 2.0, "errors": 0,
+            "steady_messages": 1000, "steady_bytes": n, "steady_seconds": 1.0}  # fmt: skip
+
+
+def test_median_trial_by_throughput_or_paced_latency() -> None:
+    trials = [_produce(10, 1), _produce(30, 9), _produce(20, 5)]
+    assert _median(trials, "produce")["bytes"] == 20 * MB
+    assert _median(trials, "paced")["p50_ms"] == 5
+
+
+def test_table_has_ratios_and_memory_verdicts() -> None:
+    def target(mbs: float) -> dict[str, Any]:
+        return {"produce": _produce(mbs, 3), "produce_idem": _produce(mbs / 2, 4),
+                "paced": _produce(2, 5), "consume": _consume(2 * mbs)}  # fmt: skip
+
+    results = {"local": target(50), "mock": target(200)}
+    results["local"]["memory"] = {"baseline_rss": 40 << 20, "max_rss": 100 << 20,
+                                  "hwm_rss": 101 << 20, "limit_bytes": 128 << 20,
+                                  "peaks": {"kafscale_inflight_bytes": float(1 << 20)}}  # fmt: skip
+    text = format_table(results, QUICK)
+    rows = {line.split("  ")[0]: line.split() for line in text.splitlines()}
+    assert rows["produce MB/s (acks=all)"][-3:] == ["50.0", "200.0", "0.25"]
+    assert rows["consume MB/s"][-3:] == ["100.0", "400.0", "0.25"]
+    assert "growth 60 within limits 128" in text
+    results["local"]["memory"]["max_rss"] = 300 << 20
+    assert "OVER limits 128" in format_table(results, QUICK)
