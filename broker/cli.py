@@ -122,14 +122,15 @@ def config_from_args(argv: list[str]) -> tuple[BrokerConfig, str]:
 
 
 M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
-MMAP_THRESHOLD_BYTES = 128 * 1024
+MMAP_THRESHOLD_BYTES = 1024 * 1024
 
 
 def _fixed_mmap_threshold() -> None:
-    """Serve every allocation above 128 KiB (segments, request frames) with its own mmap,
+    """Serve every allocation above 1 MiB (segments, merged segments) with its own mmap,
     so freeing it returns the memory to the OS. glibc otherwise raises the threshold after
     such blocks are freed and keeps later ones in the heap: the broker's RSS then grew
-    ~100 MiB past its configured buffers under sustained load (docs/benchmarks.md)."""
+    ~100 MiB past its configured buffers under sustained load (docs/benchmarks.md).
+    Produce frames (~1 MB) stay below it: an mmap per frame costs page faults."""
     try:
         import ctypes
 

@@ -119,3 +119,39 @@ def test_record_overrunning_its_length_is_rejected() -> None:
     section[0] = 2  # length varint (zig-zag 1) shorter than the record
     with pytest.raises(RecordDecodeError):
         _decode(_with_records_section(plain, 0, bytes(section)))
+
+
+def test_many_batches_in_one_call_match_one_by_one() -> None:
+    from ingest_job.decode import decode_batches_into
+
+    batches = [
+        build_batch(_records(7), base_offset=7 * i, compression=Compression(i % 5))
+        for i in range(6)
+    ]
+    cols = Columns("t", 3)
+    refs = [(read_header(b), memoryview(b)) for b in batches]
+    assert decode_batches_into(cols, refs, 3, 40) == 37
+    one_call = cols.to_arrow().to_pylist()
+    assert [r["offset"] for r in one_call] == list(range(3, 40))
+    by_one = [r for b in batches for r in _decode(b, 3, 40).to_pylist()]
+    assert one_call == by_one
+
+
+def test_bad_batch_among_many_is_named() -> None:
+    from ingest_job.decode import decode_batches_into
+
+    good = build_batch(_records(3), base_offset=0)
+    plain = build_batch([(b"k", b"value", [])], base_offset=3)
+    section = bytearray(plain[61:])
+    section[0] = 2  # record length shorter than the record
+    bad = _with_records_section(plain, 0, bytes(section))
+    refs = [(read_header(b), memoryview(b)) for b in (good, bad)]
+    with pytest.raises(RecordDecodeError, match="offset 3"):
+        decode_batches_into(Columns("t", 0), refs, 0, 100)
+
+
+def test_header_key_that_is_not_utf8_is_kept_with_replacements() -> None:
+    plain = build_batch([(b"k", b"v", [("hk", b"x")])], base_offset=0)
+    batch = _with_records_section(plain, 0, plain[61:].replace(b"hk", b"h\xff"))
+    rows = _decode(batch).to_pylist()
+    assert rows[0]["headers"] == [{"key": "h\ufffd", "value": b"x"}]
