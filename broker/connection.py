@@ -281,9 +281,7 @@ class Connection(asyncio.BufferedProtocol):
         if isinstance(item, _Raw):
             return item.buffers
         if isinstance(item, Encoded):
-            return encode_response(
-                hdr.api_key, hdr.api_version, hdr.correlation_id, item.buffers
-            )
+            return encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, item.buffers)
         return encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, item)
 
     def _send(self, bufs: list[Any]) -> None:

@@ -57,13 +57,16 @@ async def start_http(broker: Broker, hostport: str) -> asyncio.Server:
                 status, body = "200 OK", "ok\n"
             elif path == "/readyz":
                 ready = broker.started.is_set()
-                status, body = ("200 OK", "ready\n") if ready else ("503 Service Unavailable", "starting\n")
+                status, body = (
+                    ("200 OK", "ready\n") if ready else ("503 Service Unavailable", "starting\n")
+                )
             elif path == "/metrics":
                 status, body = "200 OK", metrics_text(broker)
             data = body.encode()
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data
+                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+                + data
             )
             await writer.drain()
         except (TimeoutError, ConnectionError) as exc:

@@ -435,9 +435,7 @@ class LogManager:
             done: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]] = []
             for (lg, pend), res in zip(jobs, uploads, strict=True):
                 if isinstance(res, BaseException):
-                    log.warning(
-                        "segment upload for %s-%d failed: %s", lg.topic, lg.partition, res
-                    )
+                    log.warning("segment upload for %s-%d failed: %s", lg.topic, lg.partition, res)
                     lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
                 else:
                     done.append((lg, pend, res))
@@ -511,15 +509,15 @@ class LogManager:
         res = await self.meta.txn([Compare(okey, "value", "==", lg.owner_value)], [])
         if res.succeeded:
             return True
-        log.warning(
-            "lost ownership of %s-%d (epoch %d fenced)", lg.topic, lg.partition, lg.epoch
-        )
+        log.warning("lost ownership of %s-%d (epoch %d fenced)", lg.topic, lg.partition, lg.epoch)
         if self.logs.get((lg.topic, lg.partition)) is lg:
             self.logs.pop((lg.topic, lg.partition), None)
         lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return False
 
-    async def _commit(self, chunk: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]]) -> None:
+    async def _commit(
+        self, chunk: list[tuple[PartitionLog, list[PendingBatch], SegmentMeta]]
+    ) -> None:
         try:
             res = await self.meta.txn(*self._commit_ops(chunk))
             self.stats["txns"] += 1
@@ -548,8 +546,12 @@ class LogManager:
         compares: list[Compare] = []
         ops: list[Put] = []
         for lg, _pend, seg in chunk:
-            compares.append(Compare(_owner_key(lg.topic, lg.partition), "value", "==", lg.owner_value))
-            compares.append(Compare(_end_key(lg.topic, lg.partition), "mod_revision", "==", lg.end_rev))
+            compares.append(
+                Compare(_owner_key(lg.topic, lg.partition), "value", "==", lg.owner_value)
+            )
+            compares.append(
+                Compare(_end_key(lg.topic, lg.partition), "mod_revision", "==", lg.end_rev)
+            )
             ops.append(Put(_seg_entry_key(lg.topic, lg.partition, seg.base), seg.to_json()))
             end = end_json(seg.last + 1, lg.epoch, lg.log_start)
             ops.append(Put(_end_key(lg.topic, lg.partition), end))

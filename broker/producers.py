@@ -60,9 +60,13 @@ class ProducerState:
         if epoch < entry.epoch:
             return ErrorCode.INVALID_PRODUCER_EPOCH, None
         if epoch > entry.epoch:
-            return (ErrorCode.NONE, None) if first_seq == 0 else (
-                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                None,
+            return (
+                (ErrorCode.NONE, None)
+                if first_seq == 0
+                else (
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    None,
+                )
             )
         for rec in entry.batches:
             if rec.first_seq == first_seq and rec.last_seq == last_seq:

@@ -60,9 +60,7 @@ class Broker:
         self.meta: MetaStore = open_meta(config.meta_url, config.data_dir, config.meta_prefix)
         self.store: ObjectStore = open_store(config.store_url)
         self.cluster = Cluster(self.meta, config)
-        self.topics = TopicManager(
-            self.meta, config, store=self.store, namespace=config.namespace
-        )
+        self.topics = TopicManager(self.meta, config, store=self.store, namespace=config.namespace)
         self.logs = LogManager(config, self.meta, self.store, self.cluster, self.topics)
         self.producer_ids = ProducerIds(self.meta)
         self.groups: Any = None

@@ -5,9 +5,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 _RETRIABLE = frozenset(
-    {
-        2, 3, 5, 6, 7, 8, 9, 13, 14, 15, 16, 19, 20, 56, 57, 70, 71, 74, 75, 78, 89, 100
-    }
+    {2, 3, 5, 6, 7, 8, 9, 13, 14, 15, 16, 19, 20, 56, 57, 70, 71, 74, 75, 78, 89, 100}
 )
 
 

@@ -45,7 +45,9 @@ class _Want:
     error: ErrorCode = ErrorCode.NONE
 
 
-async def _resolve(ctx: RequestContext, request: Any, version: int) -> list[tuple[str, uuid.UUID, list[_Want]]]:
+async def _resolve(
+    ctx: RequestContext, request: Any, version: int
+) -> list[tuple[str, uuid.UUID, list[_Want]]]:
     topics = ctx.broker.topics
     out = []
     for t in request.topics:
@@ -72,7 +74,10 @@ async def _resolve(ctx: RequestContext, request: Any, version: int) -> list[tupl
 
 
 async def _collect(
-    ctx: RequestContext, plan: list[tuple[str, uuid.UUID, list[_Want]]], max_bytes: int, committed: bool
+    ctx: RequestContext,
+    plan: list[tuple[str, uuid.UUID, list[_Want]]],
+    max_bytes: int,
+    committed: bool,
 ) -> tuple[FetchResponseData, int]:
     total = 0
     topics = []

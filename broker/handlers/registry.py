@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from protocol.frame import RequestHeader
 
@@ -42,7 +42,7 @@ class Encoded:
     buffers: list[Buffer]
 
 
-Response = Union[Any, Encoded, None]
+Response = Any  # an ApiMessage, Encoded, None, or an awaitable of one of them
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 Decoder = Callable[[memoryview, int], Any]
 

@@ -474,7 +474,9 @@ class EmbeddedStore:
         except MetaStoreError as exc:
             log.error("metadata store: expiring lease %x failed: %s", lease_id, exc)
 
-    def watch(self, prefix: str, start_revision: int | None = None) -> AsyncGenerator[WatchEvent, None]:
+    def watch(
+        self, prefix: str, start_revision: int | None = None
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Events under ``prefix`` with revision >= ``start_revision`` (default: the revision
         after the one current when ``watch`` is called)."""
         self._check()

@@ -12,7 +12,6 @@ aetcd has no background lease keep-alive: callers refresh leases themselves.
 from __future__ import annotations
 
 import asyncio
-
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -306,7 +305,9 @@ class EtcdStore:
 
     # ------------------------------------------------------------------ watch
 
-    def watch(self, prefix: str, start_revision: int | None = None) -> AsyncGenerator[WatchEvent, None]:
+    def watch(
+        self, prefix: str, start_revision: int | None = None
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Events under ``prefix`` with revision >= ``start_revision``; by default from the
         revision after the newest this store has seen (its last response), so a write made
         through this store before ``watch`` is called is never reported."""
