@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import Buffer
+from protocol.frame import uvarint as _uvarint
 
 MIN_VERSION = 4
 MAX_VERSION = 18
@@ -65,17 +66,6 @@ class FetchResponseData:
     error_code: int = 0
     session_id: int = 0
     topics: list[FetchTopicData] = field(default_factory=list)
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _nbytes(buf: Buffer) -> int:

@@ -95,6 +95,18 @@ def read_frame_size(buf: Buffer, max_size: int = 0x7FFFFFFF) -> int:
     return int(size)
 
 
+def uvarint(value: int) -> bytes:
+    """Encode an unsigned varint (compact lengths and tagged-field counts)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     """Decode an unsigned varint (at most 5 bytes) at ``pos``; return (value, new pos)."""
     value = 0

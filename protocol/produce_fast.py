@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import Buffer, MalformedFrameError, read_uvarint, skip_tagged_fields
+from protocol.frame import uvarint as _uvarint
 
 MIN_VERSION = 0
 MAX_VERSION = 13
@@ -188,15 +189,6 @@ class ProduceTopicResult:
 
 
 _PART_HEAD = struct.Struct(">ihq")  # index, error_code, base_offset
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _put_len(out: bytearray, n: int, flexible: bool, wide: struct.Struct) -> None:
