@@ -7,15 +7,17 @@ and create them through a real client (confluent-kafka's AdminClient over TCP).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixtures.broker import BrokerProcess, start_broker
+from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 
 TIMEOUT = 20.0
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -211,3 +213,28 @@ class DroppingProxy:
                     return  # the caller closes both sides: the response is lost
             cw.write(head + body)
             await cw.drain()
+
+
+@contextlib.contextmanager
+def broker_behind_dropping_proxy(
+    workdir: Path, drop_every: int
+) -> Iterator[tuple[BrokerProcess, DroppingProxy, str]]:
+    """A broker (2 partitions per auto-created topic) that advertises a DroppingProxy in
+    front of it, cutting every ``drop_every``-th Produce response after the commit.
+    Yields (broker, proxy, bootstrap through the proxy); stops both by PID/handle."""
+    proxy_port = free_port()
+    b = start_broker(
+        workdir,
+        extra_args=(
+            "--advertised-listener",
+            f"127.0.0.1:{proxy_port}",
+            "--default-partitions",
+            "2",
+        ),
+    )
+    proxy = DroppingProxy(proxy_port, b.port, drop_every=drop_every).start()
+    try:
+        yield b, proxy, f"127.0.0.1:{proxy_port}"
+    finally:
+        proxy.stop()
+        b.stop()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+from tests.fixtures.broker import BrokerProcess
 from tests.integration.conftest import (
     TIMEOUT,
-    DroppingProxy,
+    broker_behind_dropping_proxy,
     create_topic,
     payload,
     unique_topic,
@@ -188,20 +188,8 @@ async def test_idempotent_retries_of_lost_responses(tmp_path: Path) -> None:
     """Every 4th Produce response is cut off after the commit; retries must not duplicate."""
     from aiokafka import TopicPartition
 
-    proxy_port = free_port()
-    b = start_broker(
-        tmp_path / "b",
-        extra_args=(
-            "--advertised-listener",
-            f"127.0.0.1:{proxy_port}",
-            "--default-partitions",
-            "2",
-        ),
-    )
-    proxy = DroppingProxy(proxy_port, b.port, drop_every=4).start()
-    try:
+    with broker_behind_dropping_proxy(tmp_path / "b", drop_every=4) as (b, proxy, bootstrap):
         topic = unique_topic("aio-idem-retry")
-        bootstrap = f"127.0.0.1:{proxy_port}"
         p = producer(bootstrap, enable_idempotence=True, linger_ms=2, retry_backoff_ms=20)
         n = 800
         items = [{"key": b"%d" % (i % 3), "value": b"%d" % i} for i in range(n)]
@@ -222,6 +210,3 @@ async def test_idempotent_retries_of_lost_responses(tmp_path: Path) -> None:
             await c.stop()
         assert sorted(int(r.value) for r in got) == list(range(n))
         assert {(m.partition, m.offset) for m in metas} == {(r.partition, r.offset) for r in got}
-    finally:
-        proxy.stop()
-        b.stop()

@@ -21,6 +21,7 @@ from tests.integration.conftest import (
     TIMEOUT,
     DroppingProxy,
     backend_kwargs,
+    broker_behind_dropping_proxy,
     unique_topic,
 )
 from tests.integration.test_clients_confluent import (
@@ -39,18 +40,7 @@ def test_idempotent_retries_of_lost_responses_are_deduplicated(tmp_path: Path) -
     """Every 7th Produce response is lost on the way back (the connection is cut after the
     broker committed): the producer retries those batches, and each record still lands
     exactly once, at the offset its delivery report names."""
-    proxy_port = free_port()
-    b = start_broker(
-        tmp_path / "b",
-        extra_args=(
-            "--advertised-listener",
-            f"127.0.0.1:{proxy_port}",
-            "--default-partitions",
-            "2",
-        ),
-    )
-    proxy = DroppingProxy(proxy_port, b.port, drop_every=7).start()
-    try:
+    with broker_behind_dropping_proxy(tmp_path / "b", drop_every=7) as (b, proxy, bootstrap):
         topic = unique_topic("cf-idem-retry")
         conf = {
             "enable.idempotence": True,
@@ -64,7 +54,7 @@ def test_idempotent_retries_of_lost_responses_are_deduplicated(tmp_path: Path) -
         results: list[list[Ack]] = []
 
         def write(share: list[dict[str, Any]]) -> None:
-            results.append(produce_acked(producer(f"127.0.0.1:{proxy_port}", **conf), topic, share))
+            results.append(produce_acked(producer(bootstrap, **conf), topic, share))
 
         threads = [
             threading.Thread(target=write, args=(items[w::writers],)) for w in range(writers)
@@ -76,14 +66,11 @@ def test_idempotent_retries_of_lost_responses_are_deduplicated(tmp_path: Path) -
         assert len(results) == writers
         acks = [a for r in results for a in r]
         assert proxy.dropped >= 3, (proxy.dropped, proxy.produce_responses)
-        got = consume(f"127.0.0.1:{proxy_port}", topic, {0: 0, 1: 0}, n)
+        got = consume(bootstrap, topic, {0: 0, 1: 0}, n)
         assert sorted(int(r.value or b"") for r in got) == list(range(n))
         assert {(a.partition, a.offset, a.value) for a in acks} == {
             (r.partition, r.offset, r.value) for r in got
         }
-    finally:
-        proxy.stop()
-        b.stop()
 
 
 def _produce_through_kill9(

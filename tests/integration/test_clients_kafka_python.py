@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.integration.conftest import (
     TIMEOUT,
-    DroppingProxy,
+    broker_behind_dropping_proxy,
     create_topic,
     payload,
     unique_topic,
@@ -239,20 +239,8 @@ def test_idempotent_retries_of_lost_responses(tmp_path: Path) -> None:
     """Every 5th Produce response is cut off after the commit; retries must not duplicate."""
     from kafka import TopicPartition
 
-    proxy_port = free_port()
-    b = start_broker(
-        tmp_path / "b",
-        extra_args=(
-            "--advertised-listener",
-            f"127.0.0.1:{proxy_port}",
-            "--default-partitions",
-            "2",
-        ),
-    )
-    proxy = DroppingProxy(proxy_port, b.port, drop_every=5).start()
-    try:
+    with broker_behind_dropping_proxy(tmp_path / "b", drop_every=5) as (b, proxy, bootstrap):
         topic = unique_topic("kp-idem-retry")
-        bootstrap = f"127.0.0.1:{proxy_port}"
         p = kproducer(
             bootstrap,
             enable_idempotence=True,
@@ -281,9 +269,6 @@ def test_idempotent_retries_of_lost_responses(tmp_path: Path) -> None:
             c.close()
         assert sorted(int(r.value) for r in got) == list(range(n))
         assert {(m.partition, m.offset) for m in metas} == {(r.partition, r.offset) for r in got}
-    finally:
-        proxy.stop()
-        b.stop()
 
 
 @pytest.mark.parametrize(
