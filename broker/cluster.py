@@ -14,11 +14,11 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig
-from broker.meta.base import Compare, LeaseExpiredError, MetaStore, MetaStoreError, Put
+from broker.meta.base import Compare, Get, LeaseExpiredError, MetaStore, MetaStoreError, Put
 
 log = logging.getLogger(__name__)
 
@@ -67,27 +67,42 @@ class Cluster:
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_lease: list[Callable[[], None]] = []
         self.ready = asyncio.Event()
+        # loop time until which the lease is known to be alive: the send time of the last
+        # successful refresh plus the TTL granted. Past it (a frozen process waking up,
+        # an unreachable store) the broker serves nothing until the lease is confirmed
+        self._lease_until = 0.0
+        self._poke = asyncio.Event()
+        self.stats = {"lease_refreshes": 0, "lease_losses": 0, "max_refresh_gap_s": 0.0}
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         await self._register()
-        kvs = await self.meta.range("/brokers/")
-        self._brokers = {}
-        for kv in kvs:
+        rev = await self._sync_brokers()
+        self._tasks.append(asyncio.create_task(self._keepalive(), name="lease-keepalive"))
+        self._tasks.append(asyncio.create_task(self._watch_brokers(rev), name="watch-brokers"))
+        orev = await self._sync_owners()
+        self._tasks.append(asyncio.create_task(self._watch_owners(orev), name="watch-owners"))
+        self.ready.set()
+
+    async def _sync_brokers(self) -> int:
+        """Read the live brokers; returns the store revision the read saw."""
+        res = await self.meta.txn([], [Get("/brokers/", True)])
+        brokers: dict[int, BrokerInfo] = {}
+        for kv in res.gets[0]:
             node = kv.key.rsplit("/", 1)[-1]
             info = self._decode_broker(kv.value, int(node)) if node.isdigit() else None
             if info is not None:
-                self._brokers[info.node_id] = info
-        self._brokers[self.me.node_id] = self.me
-        rev = max((kv.mod_revision for kv in kvs), default=0)
-        self._tasks.append(asyncio.create_task(self._keepalive(), name="lease-keepalive"))
-        self._tasks.append(asyncio.create_task(self._watch_brokers(rev), name="watch-brokers"))
-        okvs = await self.meta.range("/owners/")
-        for kv in okvs:
+                brokers[info.node_id] = info
+        brokers[self.me.node_id] = self.me
+        self._brokers = brokers
+        return res.revision
+
+    async def _sync_owners(self) -> int:
+        res = await self.meta.txn([], [Get("/owners/", True)])
+        self._owners.clear()
+        for kv in res.gets[0]:
             self._apply_owner("put", kv.key, kv.value)
-        orev = max((kv.mod_revision for kv in okvs), default=rev)
-        self._tasks.append(asyncio.create_task(self._watch_owners(orev), name="watch-owners"))
-        self.ready.set()
+        return res.revision
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -112,6 +127,7 @@ class Cluster:
             {"host": self.me.host, "port": self.me.port, "rack": self.me.rack}
         ).encode()
         self.lease_id = await self.meta.grant_lease(self.config.lease_ttl_s)
+        self._lease_until = asyncio.get_running_loop().time() + self.config.lease_ttl_s
         while True:
             res = await self.meta.txn(
                 [Compare(key, "create_revision", "==", 0)], [Put(key, value, self.lease_id)]
@@ -138,19 +154,52 @@ class Cluster:
         finally:
             await watch.aclose()  # type: ignore[attr-defined]
 
+    def lease_valid(self) -> bool:
+        """Whether this broker's lease is known to be alive right now."""
+        return asyncio.get_running_loop().time() < self._lease_until
+
+    def check_lease(self) -> None:
+        """Refresh the lease now (a request found it in doubt)."""
+        self._poke.set()
+
     async def _keepalive(self) -> None:
+        loop = asyncio.get_running_loop()
         interval = max(0.2, self.config.lease_ttl_s / 3)
+        last = loop.time()
         while True:
-            await asyncio.sleep(interval)  # a timer, not a wait on state
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), interval)  # a timer, or a poke
+            self._poke.clear()
+            sent = loop.time()
+            gap = sent - last
+            if gap > self.stats["max_refresh_gap_s"]:
+                self.stats["max_refresh_gap_s"] = gap
             try:
-                await self.meta.refresh_lease(self.lease_id)
+                ttl = await self.meta.refresh_lease(self.lease_id)
+                self._lease_until = sent + (ttl if ttl > 0 else self.config.lease_ttl_s)
+                self.stats["lease_refreshes"] += 1
+                last = sent
             except LeaseExpiredError:
+                self._lease_until = 0.0
+                self.stats["lease_losses"] += 1
                 log.error("broker lease expired: dropping all ownership and re-registering")
                 for cb in self._lost_lease:
                     cb()
-                await self._register()
+                await self._reregister()
+                last = loop.time()
             except MetaStoreError as exc:
                 log.warning("lease refresh failed: %s", exc)
+
+    async def _reregister(self) -> None:
+        """Register again under a new lease, retrying until the store answers."""
+        while True:
+            try:
+                await self._register()
+                self._notify()
+                return
+            except MetaStoreError as exc:
+                log.warning("re-registration failed (%s); retrying", exc)
+                await asyncio.sleep(WATCH_RETRY_S)  # back off before the next attempt
 
     async def _watch_brokers(self, revision: int) -> None:
         while True:
@@ -171,7 +220,8 @@ class Cluster:
                     self._notify()
             except MetaStoreError as exc:
                 log.warning("broker watch failed (%s); resuming", exc)
-                await asyncio.sleep(WATCH_RETRY_S)  # back off before reconnecting
+                revision = await self._resync(self._sync_brokers)
+                self._notify()
             finally:
                 await watch.aclose()  # type: ignore[attr-defined]
 
@@ -184,9 +234,19 @@ class Cluster:
                     self._apply_owner(ev.type, ev.key, ev.value)
             except MetaStoreError as exc:
                 log.warning("owner watch failed (%s); resuming", exc)
-                await asyncio.sleep(WATCH_RETRY_S)  # back off before reconnecting
+                revision = await self._resync(self._sync_owners)
             finally:
                 await watch.aclose()  # type: ignore[attr-defined]
+
+    async def _resync(self, sync: Callable[[], Awaitable[int]]) -> int:
+        """After a failed watch: read the whole state again (events may have been missed,
+        or compacted away while the store was out of reach) and watch from there."""
+        while True:
+            await asyncio.sleep(WATCH_RETRY_S)  # back off before reconnecting
+            try:
+                return await sync()
+            except MetaStoreError as exc:
+                log.warning("re-reading cluster state failed (%s); retrying", exc)
 
     def _apply_owner(self, kind: str, key: str, value: bytes) -> None:
         parts = key.split("/")  # ["", "owners", topic, partition]

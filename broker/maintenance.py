@@ -6,20 +6,21 @@ maintenance task runs between flush cycles, on the event loop, and:
 
 - **merges** runs of consecutive committed segments that are each smaller than
   ``merge_small_bytes`` and at least ``merge_min_age_ms`` old into ONE segment (batches
-  byte for byte) written under ``segment-{base:020d}-{last:020d}.kfs`` (+ ``.index``),
-  then commits one transaction per run that deletes the run's manifest entries and puts
-  the merged entry (with a ``key`` field naming the object) at the run's base;
+  byte for byte) written under a writer-unique name, then commits one transaction per run
+  that deletes the run's manifest entries and puts the merged entry (with a ``key`` field
+  naming the object) at the run's base;
 - enforces ``retention.ms`` / ``retention.bytes`` by dropping whole segments from the
   head of the log (never the last one);
 - advances the log start for DeleteRecords (``delete_records``), which may lie inside a
   segment: the end key keeps it (``log_start``).
 
-Every transaction runs under ``LogManager.commit_lock`` (so it never races a flush
-commit) and compares the owner key value and the end key's mod revision, exactly like a
-flush commit. In-memory state changes only after success. Objects no longer named by the
-manifest are deleted ``segment_delete_grace_ms`` later (readers holding an old
-``SegmentMeta`` may still read them); a new owner sweeps objects an earlier owner left
-behind (same grace) — see docs/format.md, "Merged segments and the log start".
+Every transaction goes through the ``Committer`` (``broker.commit``): under its lock (so
+it never races a flush commit), guarded like a flush commit, with an unknown outcome
+resolved before anything depends on it. In-memory state changes only after success.
+Objects leave through the ``ObjectDeleter`` (``broker.deletion``): retired ones after the
+grace period, unreferenced ones by a new owner's sweep. One partition's failure is
+logged once per cause and retried with back-off; the other partitions go on.
+See docs/format.md, "Merged segments and the log start" and "Deleting objects".
 """
 
 from __future__ import annotations
@@ -28,24 +29,24 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.logs import _end_key, _owner_key, _seg_entry_key, end_json
-from broker.meta.base import Compare, Delete, MetaStoreError, Put
+from broker import faults
+from broker.commit import Outcome
+from broker.deletion import ObjectDeleter
+from broker.meta.base import Delete, Put
+from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.format import (
-    INDEX_SUFFIX,
-    SEGMENT_SUFFIX,
     build_segment,
     index_key_for,
     iter_segment_batches,
     parse_index,
     partition_prefix,
 )
-from segments.store import StoreError
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -53,24 +54,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_WAIT_S = 10.0  # how long stop() lets a maintenance pass finish before cancelling it
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 300.0
 
 
 # ---------------------------------------------------------------------------- pure policy
-
-
-def merged_name(base: int, last: int) -> str:
-    """Object name (under ``{ns}/{t}/{p}/``) of a merged segment."""
-    return f"segment-{base:020d}-{last:020d}{SEGMENT_SUFFIX}"
-
-
-def parse_object_name(name: str) -> tuple[int, int | None] | None:
-    """(base, last or None) of ``segment-{base}[-{last}].kfs|.index``; None otherwise."""
-    for suffix in (SEGMENT_SUFFIX, INDEX_SUFFIX):
-        if name.startswith("segment-") and name.endswith(suffix):
-            parts = name[len("segment-") : -len(suffix)].split("-")
-            if all(len(p) == 20 and p.isdigit() for p in parts) and len(parts) in (1, 2):
-                return int(parts[0]), int(parts[1]) if len(parts) == 2 else None
-    return None
 
 
 def plan_merges(
@@ -133,21 +121,33 @@ def retention_victims(
 # ---------------------------------------------------------------------------- the task
 
 
+@dataclass(slots=True)
+class _Failure:
+    cause: str
+    retry_at: float
+    backoff: float
+
+
 class Maintenance:
     """Started and stopped by the ``LogManager``; tests drive ``run_once``."""
 
     def __init__(self, logs: LogManager) -> None:
         self.logs = logs
         self.config = logs.config
+        self.deleter = ObjectDeleter(logs)
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._seen: dict[tuple[str, int], dict[int, float]] = {}  # first seen per base
-        # object key -> (deletion timer, topic, topic id when it left the manifest)
-        self._deletes: dict[str, tuple[asyncio.TimerHandle, str, uuid.UUID]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._sweeps: dict[tuple[str, int], float] = {}  # partition -> loop time due
+        self._sweeps: dict[tuple[str, int], tuple[float, PartitionLog]] = {}  # due, log
+        self._failures: dict[tuple[str, int], _Failure] = {}
         self._next_retention = 0.0
-        self.stats = {"merges": 0, "merged_segments": 0, "dropped_segments": 0, "deleted": 0}
+        self.stats = {
+            "merges": 0,
+            "merged_segments": 0,
+            "dropped_segments": 0,
+            "deleted": 0,
+            "failures": 0,
+        }
 
     def start(self) -> None:
         if self._task is None:
@@ -164,22 +164,31 @@ class Maintenance:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for handle, _topic, _tid in self._deletes.values():
-            handle.cancel()
-        self._deletes.clear()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks))
+        await self.deleter.stop()
 
     @property
     def pending_deletes(self) -> frozenset[str]:
-        return frozenset(self._deletes)
+        return self.deleter.pending
 
     def acquired(self, lg: PartitionLog) -> None:
         """A new owner: sweep objects an earlier owner left behind, after the grace."""
         due = asyncio.get_running_loop().time() + self.config.segment_delete_grace_ms / 1000
-        self._sweeps[(lg.topic, lg.partition)] = due
+        self._sweeps[(lg.topic, lg.partition)] = (due, lg)
+
+    def forget(self, lg: PartitionLog) -> None:
+        """``lg`` is no longer this broker's: no sweep, merge or deletion of it runs."""
+        tp = (lg.topic, lg.partition)
+        if tp in self._sweeps and self._sweeps[tp][1] is lg:
+            del self._sweeps[tp]
+        self.deleter.forget(lg)
+
+    async def flush_deletes(self) -> None:
+        """Run every scheduled deletion now and wait for it (tests, tooling)."""
+        await self.deleter.flush()
+        self.stats["deleted"] = self.deleter.stats["deleted"]
+
+    async def sweep(self, lg: PartitionLog) -> int:
+        return await self.deleter.sweep(lg)
 
     def _interval(self) -> float:
         ivals = [
@@ -201,41 +210,70 @@ class Maintenance:
                 log.exception("log maintenance pass failed")
 
     async def run_once(self, *, force_retention: bool = False) -> None:
-        """One pass: due sweeps, merges, and (when due) retention, for every owned log."""
+        """One pass: due sweeps, merges, and (when due) retention, for every owned log.
+        Nothing runs while this broker's lease is in doubt."""
+        if not self.logs.cluster.lease_valid():
+            return
         now = asyncio.get_running_loop().time()
         retention = self.config.retention_check_interval_ms > 0 and (
             force_retention or now >= self._next_retention
         )
         if retention:
             self._next_retention = now + self.config.retention_check_interval_ms / 1000
-        for tp, due in list(self._sweeps.items()):
-            lg = self.logs.logs.get(tp)
-            if lg is None or lg.state != ACTIVE:
+        for tp, (due, lg) in list(self._sweeps.items()):
+            if not self._current(lg):
                 self._sweeps.pop(tp, None)
-            elif now >= due:
+            elif now >= due and self._may_run(lg, now):
                 self._sweeps.pop(tp, None)
-                await self.sweep(lg)
+                await self._guarded(lg, self.deleter.sweep(lg))
         for lg in list(self.logs.logs.values()):
             if self._stopping.is_set():
                 return
-            if not self._current(lg):
+            if not self._current(lg) or not self._may_run(lg, now):
                 continue
-            if retention:
-                await self.apply_retention(lg)
-            if self.config.merge_interval_ms > 0:
-                await self.merge_partition(lg)
+            await self._guarded(lg, self._maintain(lg, retention))
         live = set(self.logs.logs)
         for tp in [tp for tp in self._seen if tp not in live]:
             del self._seen[tp]
+        for tp in [tp for tp in self._failures if tp not in live]:
+            del self._failures[tp]
+        self.stats["deleted"] = self.deleter.stats["deleted"]
+
+    async def _maintain(self, lg: PartitionLog, retention: bool) -> None:
+        if retention:
+            await self.apply_retention(lg)
+        if self.config.merge_interval_ms > 0 and self._current(lg):
+            await self.merge_partition(lg)
+
+    def _may_run(self, lg: PartitionLog, now: float) -> bool:
+        failure = self._failures.get((lg.topic, lg.partition))
+        return failure is None or now >= failure.retry_at
+
+    async def _guarded(self, lg: PartitionLog, work: Awaitable[object]) -> None:
+        """Run one partition's work; a failure is logged once per distinct cause and the
+        partition is retried with back-off, while the pass goes on with the others."""
+        tp = (lg.topic, lg.partition)
+        try:
+            await work
+        except Exception as exc:  # one partition's fault stays its own
+            self.stats["failures"] += 1
+            cause = f"{type(exc).__name__}: {exc}"
+            prev = self._failures.get(tp)
+            backoff = BACKOFF_FIRST_S if prev is None else min(prev.backoff * 2, BACKOFF_MAX_S)
+            if prev is None or prev.cause != cause:
+                log.warning(
+                    "maintenance of %s-%d failed (retrying with back-off): %s",
+                    lg.topic,
+                    lg.partition,
+                    cause,
+                )
+            now = asyncio.get_running_loop().time()
+            self._failures[tp] = _Failure(cause, now + backoff, backoff)
+        else:
+            self._failures.pop(tp, None)
 
     def _current(self, lg: PartitionLog) -> bool:
         return lg.state == ACTIVE and self.logs.logs.get((lg.topic, lg.partition)) is lg
-
-    def _fence(self, lg: PartitionLog) -> list[Compare]:
-        return [
-            Compare(_owner_key(lg.topic, lg.partition), "value", "==", lg.owner_value),
-            Compare(_end_key(lg.topic, lg.partition), "mod_revision", "==", lg.end_rev),
-        ]
 
     # -- merging --------------------------------------------------------------------------
     async def merge_partition(self, lg: PartitionLog) -> int:
@@ -257,18 +295,8 @@ class Maintenance:
         )
         done = 0
         for run in runs:
-            try:
-                if await self._merge_run(lg, run):
-                    done += 1
-            except (StoreError, ValueError) as exc:
-                log.warning(
-                    "merge of %s-%d [%d..%d] skipped: %s",
-                    lg.topic,
-                    lg.partition,
-                    run[0].base,
-                    run[-1].last,
-                    exc,
-                )
+            if await self._merge_run(lg, run):
+                done += 1
             if not self._current(lg):
                 break
         return done
@@ -288,11 +316,13 @@ class Maintenance:
         )
         if built.last_offset != run[-1].last:
             raise ValueError(f"merged batches end at {built.last_offset}, not {run[-1].last}")
-        name = merged_name(run[0].base, built.last_offset)
+        if not self._current(lg):
+            return False
+        name = lg.new_object_name(run[0].base, built.last_offset)
         key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
         data = b"".join(built.buffers)
-        await logs._put_fresh(index_key_for(key), built.index, lg)
-        etag = await logs._put_fresh(key, data, lg)
+        await logs.store.put_if_absent(index_key_for(key), [built.index])
+        etag = await logs.store.put_if_absent(key, [data])
         merged = SegmentMeta(
             run[0].base,
             built.last_offset,
@@ -303,10 +333,12 @@ class Maintenance:
             name,
             max(s.created_ms for s in run),
         )
+        faults.checkpoint("merge.before_commit")
         if not await self._commit_merge(lg, run, merged):
             return False
         logs.cache.put(key, data, parse_index(built.index), etag)
-        self._retire(lg, run)
+        if self._current(lg):
+            self.deleter.retire(lg, run)
         self.stats["merges"] += 1
         self.stats["merged_segments"] += len(run)
         log.debug("merged %d segments of %s-%d into %s", len(run), lg.topic, lg.partition, name)
@@ -315,36 +347,39 @@ class Maintenance:
     async def _commit_merge(
         self, lg: PartitionLog, run: list[SegmentMeta], merged: SegmentMeta
     ) -> bool:
-        key = self.logs.object_key(lg, merged)
-        outcome = await self._merge_txn(lg, run, merged)
-        if outcome is False:  # certainly not committed: the merged object is garbage
-            await self._delete_now([key, index_key_for(key)])
-        return outcome is True
-
-    async def _merge_txn(
-        self, lg: PartitionLog, run: list[SegmentMeta], merged: SegmentMeta
-    ) -> bool | None:
-        """True: committed; False: not committed; None: unknown (store error)."""
-        async with self.logs.commit_lock:
+        """Commit the merge; the merged object is deleted only when it is certain never to
+        be committed and this broker still owns the partition."""
+        logs = self.logs
+        async with logs.committer.lock:
             ids = {id(s) for s in run}
             if not self._current(lg) or sum(id(s) in ids for s in lg.segments) != len(run):
+                if self._current(lg):  # our own run changed under us: never sent
+                    await logs.discard(lg, [logs.object_key(lg, merged)])
                 return False
             t, p = lg.topic, lg.partition
-            ops: list[Put | Delete] = [Delete(_seg_entry_key(t, p, s.base)) for s in run[1:]]
-            ops.append(Put(_seg_entry_key(t, p, merged.base), merged.to_json()))
-            try:
-                res = await self.logs.meta.txn(self._fence(lg), ops)
-            except MetaStoreError as exc:  # outcome unknown: the next sweep decides
-                log.warning("merge commit of %s-%d failed: %s", t, p, exc)
-                return None
-            if not res.succeeded:
-                log.warning("merge commit of %s-%d fenced", t, p)
-                return False
-            first = run[0]
-            lg.set_segments(
-                [merged if s is first else s for s in lg.segments if s is first or id(s) not in ids]
-            )
-        return True
+            entry = seg_entry_key(t, p, merged.base)
+            ops: list[Put | Delete] = [Delete(seg_entry_key(t, p, s.base)) for s in run[1:]]
+            ops.append(Put(entry, merged.to_json()))
+            res = await logs.committer.commit([lg], ops, {entry: merged.to_json()}, moves_end=False)
+            if res.outcome is Outcome.COMMITTED:
+                first = run[0]
+                lg.set_segments(
+                    [
+                        merged if s is first else s
+                        for s in lg.segments
+                        if s is first or id(s) not in ids
+                    ]
+                )
+                if res.fenced:
+                    logs.drop(lg, "fenced after its merge committed")
+                return True
+            if res.outcome is Outcome.UNKNOWN:
+                logs.drop(lg, "a merge commit has an unknown outcome")
+            elif res.fenced or not res.resolved:
+                logs.drop(lg, "fenced (merge)")
+            else:
+                await logs.discard(lg, [logs.object_key(lg, merged)])
+            return False
 
     # -- head truncation: retention and DeleteRecords ---------------------------------------
     async def apply_retention(self, lg: PartitionLog, now_ms: int | None = None) -> int:
@@ -399,7 +434,7 @@ class Maintenance:
                     raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         finally:
             if dropped:
-                self._retire(lg, dropped)
+                self.deleter.retire(lg, dropped)
                 self.stats["dropped_segments"] += len(dropped)
                 log.info(
                     "log start of %s-%d is now %d (%d segments dropped)",
@@ -413,95 +448,23 @@ class Maintenance:
     async def _commit_truncate(
         self, lg: PartitionLog, chunk: list[SegmentMeta], start: int
     ) -> None:
+        logs = self.logs
         t, p = lg.topic, lg.partition
-        ops: list[Put | Delete] = [Delete(_seg_entry_key(t, p, s.base)) for s in chunk]
-        ops.append(Put(_end_key(t, p), end_json(lg.hw, lg.epoch, start)))
-        try:
-            res = await self.logs.meta.txn(self._fence(lg), ops)
-        except MetaStoreError as exc:
-            log.warning("log start commit of %s-%d failed: %s", t, p, exc)
-            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR) from exc
-        if not res.succeeded:
+        end = end_json(lg.hw, lg.epoch, start)
+        ops: list[Put | Delete] = [Delete(seg_entry_key(t, p, s.base)) for s in chunk]
+        ops.append(Put(end_key(t, p), end))
+        res = await logs.committer.commit([lg], ops, {end_key(t, p): end}, moves_end=True)
+        if res.outcome is Outcome.COMMITTED:
+            lg.end_rev = res.revision
+            ids = {id(s) for s in chunk}
+            lg.set_segments([s for s in lg.segments if id(s) not in ids], start)
+            if res.fenced:
+                logs.drop(lg, "fenced after its log start moved")
+            return
+        if res.outcome is Outcome.UNKNOWN:
+            logs.drop(lg, "a log start commit has an unknown outcome")
+            raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR)
+        if res.fenced or not res.resolved:
+            logs.drop(lg, "fenced (log start)")
             raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        lg.end_rev = res.revision
-        ids = {id(s) for s in chunk}
-        lg.set_segments([s for s in lg.segments if id(s) not in ids], start)
-
-    # -- deleting objects -----------------------------------------------------------------
-    def _retire(self, lg: PartitionLog, segs: list[SegmentMeta]) -> None:
-        """Schedule the objects of segments no longer in the manifest for deletion."""
-        loop = asyncio.get_running_loop()
-        grace = max(0, self.config.segment_delete_grace_ms) / 1000
-        for seg in segs:
-            key = self.logs.object_key(lg, seg)
-            self.logs.cache.evict(key)  # readers that already hold it keep their reference
-            for k in (key, index_key_for(key)):
-                if k not in self._deletes:
-                    handle = loop.call_later(grace, self._spawn_delete, k)
-                    self._deletes[k] = (handle, lg.topic, lg.topic_id)
-
-    async def flush_deletes(self) -> None:
-        """Run every scheduled deletion now and wait for it (tests, tooling)."""
-        pending, self._deletes = self._deletes, {}
-        for handle, _topic, _tid in pending.values():
-            handle.cancel()
-        await self._delete_now([k for k, (_h, t, tid) in pending.items() if self._same(t, tid)])
-        if self._tasks:
-            await asyncio.wait(list(self._tasks))
-
-    def _same(self, topic: str, topic_id: uuid.UUID) -> bool:
-        """Still the topic the object belonged to? (Deleting a topic removes its objects;
-        a topic re-created under the name reuses the keys, which must then be left alone.)"""
-        info = self.logs.topics.get(topic)
-        return info is not None and info.topic_id == topic_id
-
-    def _spawn_delete(self, key: str) -> None:
-        task = asyncio.create_task(self._delete_later(key))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _delete_later(self, key: str) -> None:
-        entry = self._deletes.get(key)
-        try:
-            if entry is not None and self._same(entry[1], entry[2]):
-                await self._delete_now([key])
-        finally:
-            self._deletes.pop(key, None)
-
-    async def _delete_now(self, keys: list[str]) -> None:
-        for key in keys:
-            try:
-                await self.logs.store.delete(key)
-                self.logs.cache.evict(key)
-                self.stats["deleted"] += 1
-            except StoreError as exc:  # left for the next owner's sweep
-                log.warning("could not delete %s: %s", key, exc)
-
-    async def sweep(self, lg: PartitionLog) -> int:
-        """Delete objects of ``lg`` below its committed end that no manifest entry names
-        (left by an earlier owner: deletions it did not live to run, uncommitted merges).
-        Runs in the maintenance task, so no merge of this broker is in flight."""
-        hw = lg.hw
-        prefix = partition_prefix(self.config.namespace, lg.topic, lg.partition)
-        try:
-            infos = await self.logs.store.list(prefix)
-        except StoreError as exc:
-            log.warning("sweep of %s-%d skipped: %s", lg.topic, lg.partition, exc)
-            return 0
-        named: set[str] = set(self._deletes)
-        for seg in lg.segments:
-            key = self.logs.object_key(lg, seg)
-            named.update((key, index_key_for(key)))
-        garbage = []
-        for info in infos:
-            parsed = parse_object_name(info.key[len(prefix) :])
-            # a plain key at or past the end may be a flush upload in flight
-            if parsed is None or info.key in named or (parsed[1] is None and parsed[0] >= hw):
-                continue
-            garbage.append(info.key)
-        if garbage:
-            log.info(
-                "sweeping %d unreferenced objects of %s-%d", len(garbage), lg.topic, lg.partition
-            )
-            await self._delete_now(garbage)
-        return len(garbage)
+        raise KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR)

@@ -15,9 +15,11 @@ import uuid
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from broker.meta.schema import end_json
 from broker.producers import INT32_MAX, ProducerState
 from protocol.batch import BatchHeader, set_base_offset, set_leader_epoch
 from protocol.errors import ErrorCode
+from segments.format import object_name
 
 ACTIVE = "active"
 RELEASING = "releasing"
@@ -118,6 +120,7 @@ class PartitionLog:
         "state",
         "flushing",
         "epochs",
+        "object_seq",
     )
 
     def __init__(
@@ -154,6 +157,16 @@ class PartitionLog:
         self.state = ACTIVE
         self.flushing: asyncio.Future[None] | None = None
         self.epochs = epochs  # [(epoch, start_offset)] ascending
+        self.object_seq = 0  # numbers this owner's objects: names are never reused
+
+    def new_object_name(self, base: int, last: int) -> str:
+        """A writer-unique object name for a segment this owner writes (docs/format.md)."""
+        self.object_seq += 1
+        return object_name(base, last, self.epoch, self.topic_id, self.object_seq)
+
+    def end_value(self) -> bytes:
+        """The committed value of the end key, as this owner last wrote or read it."""
+        return end_json(self.hw, self.epoch, self.log_start)
 
     # -- write side ---------------------------------------------------------------------
     def append(self, header: BatchHeader, view: memoryview) -> AppendResult:

@@ -10,6 +10,7 @@ import re
 import signal
 from typing import Any
 
+from broker import faults
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
@@ -55,10 +56,22 @@ class ProducerIds:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    """A broker over the metadata store ``meta`` and object store ``store`` it is given
+    (``from_config`` opens them from the configured URLs)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        meta: MetaStore | None = None,
+        store: ObjectStore | None = None,
+    ) -> None:
         self.config = config
-        self.meta: MetaStore = open_meta(config.meta_url, config.data_dir, config.meta_prefix)
-        self.store: ObjectStore = open_store(config.store_url)
+        self.meta: MetaStore = (
+            meta
+            if meta is not None
+            else open_meta(config.meta_url, config.data_dir, config.meta_prefix)
+        )
+        self.store: ObjectStore = store if store is not None else open_store(config.store_url)
         self.cluster = Cluster(self.meta, config)
         self.topics = TopicManager(self.meta, config, store=self.store, namespace=config.namespace)
         self.logs = LogManager(config, self.meta, self.store, self.cluster, self.topics)
@@ -88,7 +101,12 @@ class Broker:
                     c.resume()
 
     # -- lifecycle ----------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> Broker:
+        return cls(config)
+
     async def start(self) -> None:
+        faults.arm_from_env()
         load_all()
         self.cluster_id = await self._cluster_id()
         await self.cluster.start()

@@ -35,7 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from broker import faults
 from broker.config import BrokerConfig
+from broker.deletion import topic_garbage
 from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, Put
 from broker.topic_configs import (
     TOPIC_CONFIGS,
@@ -395,25 +397,27 @@ class TopicManager:
         self._apply(name, None, result.revision)
         log.info("deleted topic %s (id %s)", name, old.topic_id)
         if self._store is not None:
-            task = asyncio.create_task(self._delete_objects(name), name=f"delete-topic-{name}")
+            task = asyncio.create_task(
+                self._delete_objects(name, old.topic_id), name=f"delete-topic-{name}"
+            )
             self._background.add(task)
             task.add_done_callback(self._background.discard)
         return old
 
-    async def _delete_objects(self, name: str) -> None:
-        """Remove ``{namespace}/{name}/``; stops if the name is created again meanwhile
-        (a new owner removes stray objects at its keys itself, DESIGN §6)."""
+    async def _delete_objects(self, name: str, topic_id: uuid.UUID) -> None:
+        """Remove the objects of the deleted incarnation ``topic_id`` of ``name``, sparing
+        names that carry another topic id (``broker.deletion.topic_garbage``): a topic
+        re-created under the name keeps every object it writes meanwhile."""
         assert self._store is not None
         store = self._store
+        prefix = f"{self._namespace}/{name}/"
         try:
-            objects = await store.list(f"{self._namespace}/{name}/")
-            for i in range(0, len(objects), _DELETE_CONCURRENCY):
-                if name in self._topics:
-                    log.info("topic %s re-created; stopped deleting its old objects", name)
-                    return
-                chunk = objects[i : i + _DELETE_CONCURRENCY]
-                await asyncio.gather(*(store.delete(o.key) for o in chunk))
-            log.info("deleted %s objects of topic %s", len(objects), name)
+            keys = topic_garbage(await store.list(prefix), prefix, topic_id)
+            faults.checkpoint("topic.before_delete")
+            for i in range(0, len(keys), _DELETE_CONCURRENCY):
+                chunk = keys[i : i + _DELETE_CONCURRENCY]
+                await asyncio.gather(*(store.delete(k) for k in chunk))
+            log.info("deleted %s objects of topic %s", len(keys), name)
         except Exception as exc:
             log.warning("deleting objects of topic %s failed: %s", name, exc)
 

@@ -211,7 +211,7 @@ class LocalStore:
             return None
         try:
             st = os.fstat(fd)
-            return ObjectInfo(key, st.st_size, self._etag_of_fd(fd, st))
+            return ObjectInfo(key, st.st_size, self._etag_of_fd(fd, st), st.st_mtime)
         finally:
             os.close(fd)
 

@@ -181,7 +181,13 @@ class S3Store:
             raise StoreError(f"head {key}: {code}") from exc
         except BotoCoreError as exc:
             raise StoreError(f"head {key}: {exc}") from exc
-        return ObjectInfo(key, int(resp["ContentLength"]), str(resp["ETag"]).strip('"'))
+        modified = resp.get("LastModified")
+        return ObjectInfo(
+            key,
+            int(resp["ContentLength"]),
+            str(resp["ETag"]).strip('"'),
+            modified.timestamp() if modified is not None else 0.0,
+        )
 
     async def delete(self, key: str) -> None:
         client = await self._get_client()
@@ -208,8 +214,14 @@ class S3Store:
             )
             async for page in pages:
                 for obj in page.get("Contents", ()):
+                    modified = obj.get("LastModified")
                     out.append(
-                        ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["ETag"].strip('"'))
+                        ObjectInfo(
+                            obj["Key"][strip:],
+                            int(obj["Size"]),
+                            obj["ETag"].strip('"'),
+                            modified.timestamp() if modified is not None else 0.0,
+                        )
                     )
         except ClientError as exc:
             raise StoreError(f"list {prefix}: {_code(exc)}") from exc

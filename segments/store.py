@@ -35,6 +35,10 @@ class ObjectInfo:
     key: str
     size: int
     etag: str
+    # when the object was written (unix seconds; 0.0 when the store does not say): sweeps
+    # of unreferenced objects count their grace period from this, never from when the
+    # sweeper first noticed an object (docs/format.md, "Object keys")
+    modified: float = 0.0
 
 
 @runtime_checkable

@@ -9,6 +9,10 @@ on its partitions' commit events (never a sleep loop) until ``max_wait_ms``. The
 is encoded by ``protocol.fetch_fast`` as a list of buffers that reference the segment
 bytes (no copy).
 
+A partition whose data cannot be read (an object missing from the store, the store or the
+metadata store unreachable) answers KAFKA_STORAGE_ERROR (retriable) alone; the other
+partitions of the request are served.
+
 Deviations: fetch sessions (v7+) are not kept: the response's session id is 0, which
 tells clients to keep sending full fetch requests (KIP-227's sessionless mode). The
 client's current leader epoch is not checked (owners change only through the metadata
@@ -19,11 +23,13 @@ high watermark and there are never aborted transactions. v13+ topics are named b
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from broker.handlers.registry import Encoded, RequestContext, api
+from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.fetch_fast import (
@@ -32,6 +38,9 @@ from protocol.fetch_fast import (
     FetchTopicData,
     encode_fetch_response,
 )
+from segments.store import StoreError
+
+log = logging.getLogger(__name__)
 
 _ZERO = uuid.UUID(int=0)
 
@@ -102,7 +111,17 @@ async def _collect(
             records: list[Any] = []
             budget = min(w.max_bytes, max_bytes - total)
             if w.offset < lg.hw and (budget > 0 or total == 0):
-                records = await ctx.broker.logs.read(lg, w.offset, max(budget, 1))
+                try:
+                    records = await ctx.broker.logs.read(lg, w.offset, max(budget, 1))
+                except KafkaProtocolError as exc:  # no longer the owner
+                    parts.append(FetchPartitionData(w.index, error_code=int(exc.code)))
+                    continue
+                except (StoreError, MetaStoreError) as exc:  # this partition alone fails
+                    log.warning("fetch of %s-%d failed: %s", name, w.index, exc)
+                    parts.append(
+                        FetchPartitionData(w.index, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR))
+                    )
+                    continue
                 total += sum(len(r) for r in records)
             parts.append(
                 FetchPartitionData(

@@ -17,19 +17,19 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.logs import LogManager
-from broker.maintenance import (
-    Maintenance,
-    merged_name,
-    parse_object_name,
-    plan_merges,
-    retention_victims,
-)
+from broker.maintenance import Maintenance, plan_merges, retention_victims
 from broker.partition import PartitionLog, SegmentMeta
 from broker.server import Broker
 from protocol.batch import iter_batches, read_header
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.records import build_batch, decode_batch
-from segments.format import partition_prefix, segment_key, validate_segment
+from segments.format import (
+    index_key_for,
+    object_name,
+    parse_object_name,
+    partition_prefix,
+    validate_segment,
+)
 from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore
 
 TOPIC = "maint"
@@ -77,15 +77,39 @@ def test_retention_victims_by_time_and_bytes_never_the_last() -> None:
 
 
 def test_object_names() -> None:
-    assert merged_name(5, 17) == "segment-00000000000000000005-00000000000000000017.kfs"
-    assert parse_object_name(merged_name(5, 17)) == (5, 17)
-    assert parse_object_name("segment-00000000000000000005-00000000000000000017.index") == (
+    import uuid
+
+    tid = uuid.UUID("0123456789abcdef0123456789abcdef")
+    name = object_name(5, 17, 3, tid, 42)
+    assert (
+        name
+        == "segment-00000000000000000005-00000000000000000017-e0000000003-01234567-000000000042.kfs"
+    )
+    parsed = parse_object_name(name)
+    assert parsed is not None
+    assert (parsed.base, parsed.last, parsed.epoch, parsed.topic_tag, parsed.seq) == (
         5,
         17,
+        3,
+        "01234567",
+        42,
     )
-    assert parse_object_name("segment-00000000000000000042.kfs") == (42, None)
+    assert parse_object_name(name[:-4] + ".index") == replace(parsed, index=True)
+    # the legacy names are still read
+    legacy = parse_object_name("segment-00000000000000000005-00000000000000000017.index")
+    assert legacy is not None and (legacy.base, legacy.last, legacy.epoch) == (5, 17, None)
+    plain = parse_object_name("segment-00000000000000000042.kfs")
+    assert plain is not None and (plain.base, plain.last, plain.epoch) == (42, None, None)
     assert parse_object_name("segment-42.kfs") is None
     assert parse_object_name("notes.txt") is None
+    assert parse_object_name(name.replace("-e0", "-x0")) is None
+
+
+def span(key: str) -> tuple[int, int | None]:
+    """(base, last) of an object name."""
+    parsed = parse_object_name(key)
+    assert parsed is not None, key
+    return parsed.base, parsed.last
 
 
 # ------------------------------------------------------------------- in-process broker
@@ -184,18 +208,22 @@ async def test_merge_replaces_small_segments_and_keeps_every_record(
     await maint(node).run_once()
     assert [(s.base, s.last) for s in lg.segments] == [(0, 59)]
     entries = await manifest(node)
-    assert len(entries) == 1 and entries[0]["key"] == merged_name(0, 59)
+    name = str(entries[0]["key"])
+    assert len(entries) == 1 and span(name) == (0, 59)
+    parsed = parse_object_name(name)
+    assert parsed is not None and parsed.epoch == lg.epoch  # the writer's epoch is in it
     assert entries[0]["records"] == 60 and entries[0]["last"] == 59
     assert await read_all(node.logs, lg) == expected(30)
     await maint(node).flush_deletes()
-    assert objects(tmp_path) == {merged_name(0, 59), merged_name(0, 59)[:-4] + ".index"}
-    data = tmp_path / "data" / partition_prefix("default", TOPIC, 0) / merged_name(0, 59)
+    assert objects(tmp_path) == {name, index_key_for(name)}
+    data = tmp_path / "data" / partition_prefix("default", TOPIC, 0) / name
     report = validate_segment(data.read_bytes())
     assert report.ok and len(report.batches) == 30
     # later small segments merge again, with the earlier merged one (still small)
     await produce(node.logs, 5, start=30)
     await maint(node).run_once()
-    assert [(s.base, s.last, s.key) for s in lg.segments] == [(0, 69, merged_name(0, 69))]
+    assert [(s.base, s.last, span(s.key)) for s in lg.segments] == [(0, 69, (0, 69))]
+    assert lg.segments[0].key != name  # a new object, never a reused key
     assert await read_all(node.logs, lg, 7) == expected(35)[7:]
 
 
@@ -211,7 +239,7 @@ async def test_merged_manifest_survives_a_new_owner(tmp_path: Path) -> None:
     await b2.start()
     try:
         lg = await b2.logs.get(TOPIC, 0)
-        assert [s.key for s in lg.segments] == [merged_name(0, 23)]
+        assert [span(s.key) for s in lg.segments] == [(0, 23)]
         b2.logs.cache.clear()
         assert await read_all(b2.logs, lg) == expected(12)
         await produce(b2.logs, 2, start=12)
@@ -286,7 +314,8 @@ async def test_read_that_loses_its_segment_to_a_merge_retries(node: Broker) -> N
     pausing = PausingStore(node.logs.store)
     node.logs.store = pausing  # type: ignore[assignment]
     node.logs.cache.clear()
-    pausing.hold_key = segment_key("default", TOPIC, 0, 6)
+    pausing.hold_key = node.logs.object_key(lg, lg.segments[3])
+    assert lg.segments[3].base == 6
     reader = asyncio.create_task(node.logs.read(lg, 6, 1 << 20))
     await pausing.reached.wait()  # the read resolved segment 6 and waits on its GET
     await maint(node).run_once()
@@ -308,21 +337,27 @@ async def test_read_that_loses_its_segment_to_a_merge_retries(node: Broker) -> N
         await node.logs.read(lg, 0, 1 << 20)
 
 
-async def test_fenced_merge_commits_nothing_and_removes_its_object(
+async def test_fenced_merge_commits_nothing_and_deletes_nothing(
     node: Broker, tmp_path: Path
 ) -> None:
     await produce(node.logs, 5)
     lg = await node.logs.get(TOPIC, 0)
     before = list(lg.segments)
+    names = objects(tmp_path)
     await node.meta.put(f"/owners/{TOPIC}/0", b'{"broker":9,"epoch":99}')  # another owner
     assert await maint(node).merge_partition(lg) == 0
-    assert lg.segments == before and len(await manifest(node)) == 5
-    assert not any(parse_object_name(n) and "-" in n[8:] for n in objects(tmp_path))
+    assert len(await manifest(node)) == 5 and lg.segments == before
+    assert lg.state == "closed" and node.logs.logs.get((TOPIC, 0)) is None  # dropped
+    # a fenced broker deletes nothing: its merged object stays for the next owner's sweep
+    after = objects(tmp_path)
+    assert names < after
+    assert [span(n) for n in after - names if n.endswith(".kfs")] == [(0, 9)]
 
 
 async def test_retention_by_bytes_and_time(node: Broker, tmp_path: Path) -> None:
     await produce(node.logs, 10)
     lg = await node.logs.get(TOPIC, 0)
+    first = lg.segments[0].key
     size = lg.segments[0].size
     await node.topics.alter_configs(TOPIC, {"retention.bytes": str(4 * size)})
     assert await maint(node).apply_retention(lg) == 6
@@ -331,7 +366,7 @@ async def test_retention_by_bytes_and_time(node: Broker, tmp_path: Path) -> None
     assert [int(str(e["base"])) for e in await manifest(node)] == [12, 14, 16, 18]
     assert await read_all(node.logs, lg, 12) == expected(10)[12:]
     await maint(node).flush_deletes()
-    assert segment_key("default", TOPIC, 0, 0).rsplit("/", 1)[1] not in objects(tmp_path)
+    assert first not in objects(tmp_path) and lg.segments[0].key in objects(tmp_path)
     # by time: everything is old, but the last segment stays
     await node.topics.alter_configs(TOPIC, {"retention.bytes": "-1", "retention.ms": "1000"})
     later = int(time.time() * 1000) + 60_000
@@ -382,7 +417,8 @@ async def test_delete_records_inside_a_segment_and_to_the_end(node: Broker, tmp_
     assert await read_all(node.logs, lg, 16) == expected(9)[16:]
     await maint(node).flush_deletes()
     names = objects(tmp_path)
-    assert names == {"segment-00000000000000000016.kfs", "segment-00000000000000000016.index"}
+    (last,) = lg.segments
+    assert names == {last.key, index_key_for(last.key)} and span(last.key) == (16, 17)
 
 
 async def test_log_start_survives_a_new_owner(tmp_path: Path) -> None:
@@ -405,33 +441,85 @@ async def test_log_start_survives_a_new_owner(tmp_path: Path) -> None:
         await b2.stop()
 
 
-async def test_new_owner_sweeps_unreferenced_objects(tmp_path: Path) -> None:
+async def test_new_owner_sweeps_only_what_no_writer_can_still_commit(tmp_path: Path) -> None:
     b = Broker(config(tmp_path))
     await b.start()
     await b.topics.create(TOPIC, 1)
     await produce(b.logs, 4)
+    old = await b.logs.get(TOPIC, 0)
+    tid = old.topic_id
     await b.stop()
     prefix = partition_prefix("default", TOPIC, 0)
     store = b.store.__class__.from_url(f"file://{tmp_path}/data")  # type: ignore[attr-defined]
-    stray_merge = prefix + merged_name(0, 5)
-    stray_low = prefix + "segment-00000000000000000001.kfs"
-    in_flight = prefix + "segment-00000000000000000099.kfs"
-    for key in (stray_merge, stray_low, in_flight):
-        await store.put_if_absent(key, [b"x"])
+    gone = {
+        "segment-00000000000000000000-00000000000000000005.kfs",  # legacy merge, unreferenced
+        "segment-00000000000000000001.kfs",  # legacy plain
+        object_name(0, 5, old.epoch, tid, 99),  # the previous owner's uncommitted merge
+    }
+    kept = {
+        object_name(8, 9, old.epoch + 1, tid, 1),  # the new owner's own (outcome unknown)
+        object_name(8, 9, old.epoch + 5, tid, 1),  # a newer owner's
+        "notes.txt",
+    }
+    for name in gone | kept:
+        await store.put_if_absent(prefix + name, [b"x"])
     await store.close()
     b2 = Broker(config(tmp_path, merge_interval_ms=0))
     await b2.start()
     try:
         lg = await b2.logs.get(TOPIC, 0)
+        assert lg.epoch == old.epoch + 1
         await maint(b2).run_once()  # grace 0: the sweep is due at once
         names = objects(tmp_path)
-        assert merged_name(0, 5) not in names
-        assert "segment-00000000000000000001.kfs" not in names
-        assert "segment-00000000000000000099.kfs" in names
-        assert {f"segment-{s.base:020d}.kfs" for s in lg.segments} <= names
+        assert not gone & names
+        assert kept <= names
+        assert {s.key for s in lg.segments} <= names
         assert await read_all(b2.logs, lg) == expected(4)
     finally:
         await b2.stop()
+
+
+async def test_sweep_spares_objects_younger_than_the_grace(tmp_path: Path) -> None:
+    """Age counts from the object's own creation time, not from when a sweeper saw it."""
+    b = Broker(config(tmp_path))
+    await b.start()
+    await b.topics.create(TOPIC, 1)
+    await produce(b.logs, 2)
+    await b.stop()
+    prefix = partition_prefix("default", TOPIC, 0)
+    store = b.store.__class__.from_url(f"file://{tmp_path}/data")  # type: ignore[attr-defined]
+    young, aged = "segment-00000000000000000007.kfs", "segment-00000000000000000009.kfs"
+    for name in (young, aged):
+        await store.put_if_absent(prefix + name, [b"x"])
+    await store.close()
+    path = tmp_path / "data" / prefix / aged
+    os.utime(path, (time.time() - 7200, time.time() - 7200))
+    b2 = Broker(config(tmp_path, merge_interval_ms=0, segment_delete_grace_ms=3_600_000))
+    await b2.start()
+    try:
+        lg = await b2.logs.get(TOPIC, 0)
+        assert await maint(b2).sweep(lg) == 1
+        names = objects(tmp_path)
+        assert young in names and aged not in names
+    finally:
+        await b2.stop()
+
+
+async def test_a_fenced_sweeper_deletes_nothing(tmp_path: Path) -> None:
+    b = Broker(config(tmp_path))
+    await b.start()
+    try:
+        await b.topics.create(TOPIC, 1)
+        await produce(b.logs, 2)
+        lg = await b.logs.get(TOPIC, 0)
+        prefix = partition_prefix("default", TOPIC, 0)
+        stray = object_name(0, 1, lg.epoch - 1 if lg.epoch > 1 else 0, lg.topic_id, 5)
+        await b.store.put_if_absent(prefix + stray, [b"x"])
+        await b.meta.put(f"/owners/{TOPIC}/0", b'{"broker":9,"epoch":99}')  # taken over
+        assert await maint(b).sweep(lg) == 0
+        assert stray in objects(tmp_path) and lg.state == "closed"
+    finally:
+        await b.stop()
 
 
 async def test_pending_deletions_spare_a_recreated_topic(tmp_path: Path) -> None:
@@ -440,15 +528,16 @@ async def test_pending_deletions_spare_a_recreated_topic(tmp_path: Path) -> None
     try:
         await b.topics.create(TOPIC, 1)
         await produce(b.logs, 4)
-        await maint(b).run_once()  # segment-...00.kfs etc. wait for deletion
-        assert "segment-00000000000000000000.kfs" in maint(b).pending_deletes.__str__()
+        first = (await b.logs.get(TOPIC, 0)).segments[0].key
+        await maint(b).run_once()  # the merged-away objects wait for deletion
+        assert any(k.endswith(first) for k in maint(b).pending_deletes)
         await b.topics.delete(TOPIC)
         await b.topics.wait_background()
         await b.topics.create(TOPIC, 1)
-        await produce(b.logs, 1)  # the new topic's segment-...00.kfs
+        await produce(b.logs, 1)  # the new topic's first segment, at base 0 again
         await maint(b).flush_deletes()
-        assert "segment-00000000000000000000.kfs" in objects(tmp_path)
         lg = await b.logs.get(TOPIC, 0)
+        assert lg.segments[0].key in objects(tmp_path)
         assert await read_all(b.logs, lg) == expected(1)
     finally:
         await b.stop()

@@ -1,0 +1,178 @@
+"""Manifest transactions of owned partitions: one guard, and commits of unknown outcome.
+
+Every transaction that changes a partition's manifest (a flush commit, a merge, a head
+truncation) is guarded the same way: the owner key still holds this owner's value
+(broker, epoch, topic id) and the end key still has the mod revision this owner last
+wrote or read. ``Committer`` builds that guard once, serializes this broker's manifest
+transactions (``lock``), and settles the outcome of a transaction that the metadata store
+could not confirm (a deadline exceeded, a dropped connection, a leader change): such a
+transaction may still have been applied, or may still be applied later.
+
+Resolution (docs/format.md, "Commits of unknown outcome"): one more transaction with the
+same guard. If the guard holds, it reads the keys the first one wrote (``probes``) and
+rewrites every end key with the value it already has, which moves its mod revision: the
+first transaction, if it was never applied, can now never be. If the guard fails, it
+reads the probes, the end keys and the owner keys instead. Either way the probes say
+whether the first transaction was applied, and the answer is final. When the store
+cannot be reached for ``resolve_s`` seconds the outcome stays unknown: the caller then
+fails its producers with a retriable error, deletes nothing, and drops the partition so
+that the next owner (or this broker, taking it again) starts from what the store holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from broker.meta.base import Compare, Delete, Get, MetaStore, MetaStoreError, Put
+from broker.meta.schema import end_key, owner_key
+from broker.partition import PartitionLog
+
+log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+
+
+class Outcome(enum.Enum):
+    COMMITTED = "committed"
+    REJECTED = "rejected"  # certainly not applied, and never will be
+    UNKNOWN = "unknown"  # the store could not be asked: maybe applied, maybe later
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    outcome: Outcome
+    revision: int = 0
+    # logs whose ownership is gone (another owner took over): close them, delete nothing
+    fenced: tuple[PartitionLog, ...] = ()
+    # settled by a read-back after the store failed to answer the transaction itself
+    resolved: bool = False
+
+
+class Committer:
+    """Guarded manifest transactions for the partitions this broker owns."""
+
+    def __init__(self, meta: MetaStore, resolve_s: float) -> None:
+        self.meta = meta
+        self.resolve_s = resolve_s
+        # serializes manifest transactions: flush commits and maintenance (merge,
+        # retention, DeleteRecords) compare the same end revisions
+        self.lock = asyncio.Lock()
+        self.stats = {"ambiguous": 0, "resolved": 0, "unresolved": 0}
+
+    @staticmethod
+    def guard(lg: PartitionLog) -> list[Compare]:
+        return [
+            Committer.owner_guard(lg),
+            Compare(end_key(lg.topic, lg.partition), "mod_revision", "==", lg.end_rev),
+        ]
+
+    @staticmethod
+    def owner_guard(lg: PartitionLog) -> Compare:
+        return Compare(owner_key(lg.topic, lg.partition), "value", "==", lg.owner_value)
+
+    async def owns(self, lg: PartitionLog) -> bool:
+        """Whether the owner key still holds ``lg``'s owner value (asked of the store)."""
+        res = await self.meta.txn([self.owner_guard(lg)], [])
+        return res.succeeded
+
+    async def commit(
+        self,
+        lgs: Sequence[PartitionLog],
+        ops: Sequence[Put | Delete],
+        probes: Mapping[str, bytes],
+        *,
+        moves_end: bool,
+    ) -> CommitResult:
+        """Run ``ops`` under the guard of every log in ``lgs``.
+
+        ``probes``: keys that ``ops`` put, with their values, unique to this transaction
+        (a manifest entry naming a fresh object, an end value); ``moves_end``: whether
+        ``ops`` rewrite the end keys (then a commit moves their revision to its own).
+        The caller updates in-memory state; this updates only ``end_rev`` during a
+        resolution."""
+        compares = [c for lg in lgs for c in self.guard(lg)]
+        try:
+            res = await self.meta.txn(compares, ops)
+        except MetaStoreError as exc:
+            self.stats["ambiguous"] += 1
+            log.warning(
+                "manifest commit of %s outcome unknown (%s); resolving",
+                _names(lgs),
+                exc,
+            )
+            return await self._resolve(lgs, probes, moves_end)
+        if res.succeeded:
+            return CommitResult(Outcome.COMMITTED, res.revision)
+        return CommitResult(Outcome.REJECTED)
+
+    async def _resolve(
+        self, lgs: Sequence[PartitionLog], probes: Mapping[str, bytes], moves_end: bool
+    ) -> CommitResult:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.resolve_s
+        delay = RETRY_FIRST_S
+        gets = [Get(k) for k in probes]
+        while True:
+            try:
+                res = await self.meta.txn(
+                    [c for lg in lgs for c in self.guard(lg)],
+                    [*gets, *(Put(end_key(lg.topic, lg.partition), lg.end_value()) for lg in lgs)],
+                    [
+                        *gets,
+                        *(Get(end_key(lg.topic, lg.partition)) for lg in lgs),
+                        *(Get(owner_key(lg.topic, lg.partition)) for lg in lgs),
+                    ],
+                )
+                break
+            except MetaStoreError as exc:
+                if loop.time() + delay >= deadline:
+                    self.stats["unresolved"] += 1
+                    log.warning(
+                        "manifest commit of %s: outcome still unknown (%s)", _names(lgs), exc
+                    )
+                    return CommitResult(Outcome.UNKNOWN)
+                await asyncio.sleep(delay)  # back-off between attempts, not a state wait
+                delay = min(delay * 2, RETRY_MAX_S)
+        self.stats["resolved"] += 1
+        found = res.gets[: len(gets)]
+        applied = bool(probes) and all(
+            bool(g) and g[0].value == value for g, value in zip(found, probes.values(), strict=True)
+        )
+        if res.succeeded:  # the guard held; every end revision has just moved
+            for lg in lgs:
+                lg.end_rev = res.revision
+            outcome = Outcome.COMMITTED if applied and not moves_end else Outcome.REJECTED
+            _log_outcome(lgs, outcome)
+            return CommitResult(outcome, res.revision, resolved=True)
+        n = len(lgs)
+        ends, owners = res.gets[len(gets) : len(gets) + n], res.gets[len(gets) + n :]
+        revision = found[0][0].mod_revision if applied else 0
+        fenced = []
+        for lg, end, owner in zip(lgs, ends, owners, strict=True):
+            if not owner or owner[0].value != lg.owner_value or not end:
+                fenced.append(lg)
+            elif applied and moves_end and end[0].mod_revision == revision:
+                continue  # the caller records the commit's revision
+            elif end[0].mod_revision == lg.end_rev:
+                continue
+            elif end[0].value == lg.end_value():
+                lg.end_rev = end[0].mod_revision  # an earlier resolution attempt's rewrite
+            else:
+                fenced.append(lg)
+        outcome = Outcome.COMMITTED if applied else Outcome.REJECTED
+        _log_outcome(lgs, outcome)
+        return CommitResult(outcome, revision, tuple(fenced), resolved=True)
+
+
+def _names(lgs: Sequence[PartitionLog]) -> str:
+    shown = ", ".join(f"{lg.topic}-{lg.partition}" for lg in lgs[:4])
+    return shown + (f" (+{len(lgs) - 4} more)" if len(lgs) > 4 else "")
+
+
+def _log_outcome(lgs: Sequence[PartitionLog], outcome: Outcome) -> None:
+    log.warning("manifest commit of %s resolved: %s", _names(lgs), outcome.value)

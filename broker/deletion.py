@@ -1,0 +1,207 @@
+"""Deleting segment objects: the one service through which objects of a log are removed.
+
+The rules (docs/format.md, "Object keys" and "Deleting objects"), which together mean no
+broker ever deletes an object that a manifest entry references or may yet reference:
+
+- Object names are writer-unique: they carry the writer's ownership epoch, the topic
+  incarnation and a per-writer number, so no two owners ever write, or delete, the same
+  key, and an object's writer is known from its name.
+- **Retirement**: objects that this owner's own committed transaction removed from the
+  manifest (a merge, retention, DeleteRecords) are deleted ``segment_delete_grace_ms``
+  later (a reader may still hold the old entry), and only while this broker still holds
+  the partition, confirmed in the metadata store just before the delete. Otherwise they
+  are left to the next owner's sweep.
+- **Sweeps**: a new owner, one grace period after taking a partition, deletes the objects
+  that no manifest entry names. It lists the objects first, then reads the manifest
+  fresh in a transaction guarded by its owner value (a fenced sweeper deletes nothing),
+  and deletes only objects (a) older than the grace period by the object's own creation
+  time, and (b) written under a lower epoch of this topic incarnation, or by an earlier
+  incarnation, or under a legacy name. An object of a lower epoch that the manifest does
+  not name can never be named again: its writer was fenced when this owner took over.
+- **Topic deletion** removes every object under the topic's prefix except those whose
+  names carry another topic id: a topic re-created under the name keeps what it writes
+  (``topic_garbage``).
+- An object whose commit outcome is unknown is never deleted by its writer; a later owner
+  sweeps it if it was not committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from broker import faults
+from broker.meta.base import Get, MetaStoreError
+from broker.meta.schema import entry_base, segments_prefix
+from broker.partition import ACTIVE, PartitionLog, SegmentMeta
+from segments.format import index_key_for, parse_object_name, partition_prefix, topic_tag
+from segments.store import ObjectInfo, StoreError
+
+if TYPE_CHECKING:
+    from broker.logs import LogManager
+
+log = logging.getLogger(__name__)
+
+
+def topic_garbage(objects: Sequence[ObjectInfo], prefix: str, topic_id: uuid.UUID) -> list[str]:
+    """Keys among ``objects`` (listed under a deleted topic's ``prefix``) to delete: all
+    but the writer-unique names of another incarnation of the topic (one re-created under
+    the name meanwhile; its names carry its own topic id)."""
+    tag = topic_tag(topic_id)
+    out = []
+    for info in objects:
+        if not info.key.startswith(prefix):
+            continue
+        name = parse_object_name(info.key.rsplit("/", 1)[-1])
+        if name is not None and name.topic_tag not in ("", tag):
+            continue
+        out.append(info.key)
+    return out
+
+
+class ObjectDeleter:
+    """Retirement and sweeps of the objects of the logs this broker owns."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self.logs = logs
+        self.config = logs.config
+        # object key -> (deletion timer, the log whose transaction retired it)
+        self._pending: dict[str, tuple[asyncio.TimerHandle, PartitionLog]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stats = {"deleted": 0, "swept": 0}
+
+    @property
+    def pending(self) -> frozenset[str]:
+        return frozenset(self._pending)
+
+    def _current(self, lg: PartitionLog) -> bool:
+        return lg.state == ACTIVE and self.logs.logs.get((lg.topic, lg.partition)) is lg
+
+    async def stop(self) -> None:
+        """Cancel scheduled deletions (left to the next owner's sweep)."""
+        for handle, _lg in self._pending.values():
+            handle.cancel()
+        self._pending.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    def forget(self, lg: PartitionLog) -> None:
+        """``lg`` is no longer ours: cancel its scheduled deletions."""
+        for key, (handle, owner) in list(self._pending.items()):
+            if owner is lg:
+                handle.cancel()
+                del self._pending[key]
+
+    # -- retirement -----------------------------------------------------------------------
+    def retire(self, lg: PartitionLog, segs: Sequence[SegmentMeta]) -> None:
+        """Schedule the objects of segments that ``lg``'s own commit removed from the
+        manifest for deletion after the grace period."""
+        loop = asyncio.get_running_loop()
+        grace = max(0, self.config.segment_delete_grace_ms) / 1000
+        for seg in segs:
+            key = self.logs.object_key(lg, seg)
+            self.logs.cache.evict(key)  # readers that already hold it keep their reference
+            for k in (key, index_key_for(key)):
+                if k not in self._pending:
+                    handle = loop.call_later(grace, self._spawn, k)
+                    self._pending[k] = (handle, lg)
+
+    async def flush(self) -> None:
+        """Run every scheduled deletion now and wait for it (tests, tooling)."""
+        pending, self._pending = self._pending, {}
+        by_log: dict[int, tuple[PartitionLog, list[str]]] = {}
+        for key, (handle, lg) in pending.items():
+            handle.cancel()
+            by_log.setdefault(id(lg), (lg, []))[1].append(key)
+        for lg, keys in by_log.values():
+            await self._delete_retired(lg, keys)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    def _spawn(self, key: str) -> None:
+        entry = self._pending.pop(key, None)
+        if entry is None:
+            return
+        task = asyncio.create_task(self._delete_retired(entry[1], [key]))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _delete_retired(self, lg: PartitionLog, keys: list[str]) -> None:
+        if not self._current(lg):
+            return  # no longer ours: the next owner's sweep collects them
+        try:
+            if not await self.logs.committer.owns(lg):
+                log.warning("%s-%d: not deleting retired objects: fenced", lg.topic, lg.partition)
+                self.logs.drop(lg, "fenced (found before a delete)")
+                return
+        except MetaStoreError as exc:
+            log.warning("%s-%d: retired objects kept for now: %s", lg.topic, lg.partition, exc)
+            return
+        faults.checkpoint("retire.before_delete")
+        await self._delete(keys)
+
+    async def _delete(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                await self.logs.store.delete(key)
+                self.logs.cache.evict(key)
+                self.stats["deleted"] += 1
+            except StoreError as exc:  # left for the next owner's sweep
+                log.warning("could not delete %s: %s", key, exc)
+
+    # -- sweeps ---------------------------------------------------------------------------
+    async def sweep(self, lg: PartitionLog) -> int:
+        """Delete the objects of ``lg`` that no manifest entry names and that no writer
+        could still commit (see the module doc); returns how many."""
+        if not self._current(lg):
+            return 0
+        prefix = partition_prefix(self.config.namespace, lg.topic, lg.partition)
+        logs = self.logs
+        try:
+            infos = await logs.store.list(prefix)  # listed before the manifest is read
+            res = await logs.meta.txn(
+                [logs.committer.owner_guard(lg)],
+                [Get(segments_prefix(lg.topic, lg.partition), True)],
+            )
+        except (StoreError, MetaStoreError) as exc:
+            log.warning("sweep of %s-%d skipped: %s", lg.topic, lg.partition, exc)
+            return 0
+        if not res.succeeded:
+            logs.drop(lg, "fenced (found by a sweep)")
+            return 0
+        named: set[str] = set(self._pending)
+        for kv in res.gets[0]:
+            key = logs.object_key(lg, SegmentMeta.from_json(entry_base(kv.key), kv.value))
+            named.update((key, index_key_for(key)))
+        garbage = self._garbage(lg, infos, prefix, named)
+        if garbage:
+            log.info(
+                "sweeping %d unreferenced objects of %s-%d", len(garbage), lg.topic, lg.partition
+            )
+            faults.checkpoint("sweep.before_delete")
+            await self._delete(garbage)
+            self.stats["swept"] += len(garbage)
+        return len(garbage)
+
+    def _garbage(
+        self, lg: PartitionLog, infos: Sequence[ObjectInfo], prefix: str, named: set[str]
+    ) -> list[str]:
+        cutoff = time.time() - max(0, self.config.segment_delete_grace_ms) / 1000
+        tag = topic_tag(lg.topic_id)
+        out = []
+        for info in infos:
+            name = parse_object_name(info.key[len(prefix) :])
+            if name is None or info.key in named:
+                continue
+            if info.modified <= 0 or info.modified > cutoff:
+                continue  # younger than the grace period (or of unknown age)
+            if name.epoch is not None and name.topic_tag == tag and name.epoch >= lg.epoch:
+                continue  # ours (its outcome may be unknown) or a newer owner's
+            out.append(info.key)
+        return out

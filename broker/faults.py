@@ -1,0 +1,65 @@
+"""Fault-injection checkpoints for deterministic fault tests (never enabled by default).
+
+``KAFSCALE_FAULT_PAUSE=point[,point...]`` makes the broker stop itself with SIGSTOP the
+first time it reaches each named checkpoint, after logging ``fault checkpoint <point>:
+pausing (pid N)``. A test waits for the process to be stopped (``/proc/PID/stat`` state
+``T``), drives the rest of the cluster (another broker takes over, commits, merges), then
+resumes it with SIGCONT: the classic zombie (a GC pause, a stalled VM, a partition),
+frozen at the exact point where it is most dangerous instead of wherever lucky timing
+leaves it. The checkpoints are listed in docs/operations.md ("Fault tests").
+
+Checkpoints sit just before every place that deletes or writes objects:
+
+- ``flush.before_put``: a flush cycle, after building its segments, before the PUTs;
+- ``sweep.before_delete``: an unreferenced-object sweep, after choosing its victims;
+- ``retire.before_delete``: the delayed deletion of merged-away or expired objects;
+- ``topic.before_delete``: topic deletion, after listing the topic's objects;
+- ``merge.before_commit``: a merge, after uploading the merged segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+log = logging.getLogger(__name__)
+
+ENV = "KAFSCALE_FAULT_PAUSE"
+
+POINTS = frozenset(
+    {
+        "flush.before_put",
+        "sweep.before_delete",
+        "retire.before_delete",
+        "topic.before_delete",
+        "merge.before_commit",
+    }
+)
+
+_armed: set[str] = set()
+
+
+def arm_from_env() -> None:
+    """Read ``KAFSCALE_FAULT_PAUSE`` (called once at broker start)."""
+    _armed.clear()
+    for point in os.environ.get(ENV, "").split(","):
+        point = point.strip()
+        if not point:
+            continue
+        if point not in POINTS:
+            raise ValueError(f"{ENV}: unknown checkpoint {point!r} (known: {sorted(POINTS)})")
+        _armed.add(point)
+    if _armed:
+        log.warning("fault checkpoints armed (test only): %s", ",".join(sorted(_armed)))
+
+
+def checkpoint(point: str) -> None:
+    """Stop this process (SIGSTOP) if ``point`` is armed; each point fires once."""
+    if point in _armed:
+        _armed.discard(point)
+        log.warning("fault checkpoint %s: pausing (pid %d)", point, os.getpid())
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        log.warning("fault checkpoint %s: resumed", point)

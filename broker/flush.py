@@ -1,0 +1,281 @@
+"""The write path: flush cycles that turn buffered appends into committed segments.
+
+Handlers append to a ``PartitionLog`` (offsets assigned in memory) and call
+``Flusher.appended``. A single flusher task runs *flush cycles*: when any partition's
+buffer reaches ``flush_bytes`` or its oldest batch is ``flush_interval_ms`` old, it takes
+every ready partition's buffer, writes each as a segment + index under a writer-unique
+object name (docs/format.md, "Object keys") with a conditional PUT, then commits ONE
+metadata transaction for the cycle (chunked at the store's operation limit) through the
+``Committer``: guarded by each partition's owner value and end revision, it appends the
+manifest entries and the new log ends. Only then are the appends acknowledged.
+
+A commit whose outcome the metadata store cannot confirm is resolved before anything
+depends on it (``broker.commit``): committed records are acknowledged, certainly
+uncommitted ones fail with a retriable error (and their objects, never referenced, are
+deleted at once), and while the outcome is unknown the producers get a retriable error,
+nothing is deleted and the partition is dropped so that its next owner starts from what
+the store holds. Objects are never deleted to make room for a write: names are unique.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from broker import faults
+from broker.commit import CommitResult, Outcome
+from broker.meta.base import Put
+from broker.meta.schema import end_json, end_key, seg_entry_key
+from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, SegmentMeta
+from protocol.errors import ErrorCode
+from segments.format import build_segment, index_key_for, parse_index, partition_prefix
+
+if TYPE_CHECKING:
+    from broker.logs import LogManager
+
+log = logging.getLogger(__name__)
+
+MAX_CYCLES_IN_FLIGHT = 2
+JOIN_OFF_LOOP_BYTES = 1 << 20
+
+Job = tuple[PartitionLog, list[PendingBatch]]
+Done = tuple[PartitionLog, list[PendingBatch], SegmentMeta]
+
+
+class Flusher:
+    """Flush cycles of the logs this broker owns (started and stopped by LogManager)."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self.logs = logs
+        self.config = logs.config
+        self._dirty: set[PartitionLog] = set()
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        # flush cycles in flight: the next one uploads while the last one commits
+        self._cycles: list[asyncio.Task[None]] = []
+        self.stats = {"flush_cycles": 0, "segments": 0, "segment_bytes": 0, "txns": 0}
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="flusher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    def appended(self, lg: PartitionLog, nbytes: int) -> None:
+        """Tell the flusher ``lg`` has new data (called after PartitionLog.append)."""
+        self._dirty.add(lg)
+        if lg.pending_bytes >= self.config.flush_bytes:
+            self._wake.set()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                self.config.flush_interval_ms / 1000, self._fire
+            )
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._wake.set()
+
+    async def flush(self, logs: list[PartitionLog]) -> None:
+        """Run flush cycles until ``logs`` have nothing buffered or in flight (hand-off,
+        shutdown). Appends to them must already be stopped (state RELEASING)."""
+        while True:
+            waits: list[asyncio.Future[None]] = [lg.pending[-1].future for lg in logs if lg.pending]
+            waits += [lg.flushing for lg in logs if lg.flushing is not None]
+            if not waits:
+                return
+            self._dirty.update(lg for lg in logs if lg.pending)
+            self._wake.set()
+            await asyncio.wait(waits)
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            ready = [lg for lg in self._dirty if lg.pending]
+            self._dirty.clear()
+            if ready:
+                self._start_cycle(ready)
+                if len(self._cycles) >= MAX_CYCLES_IN_FLIGHT:
+                    await asyncio.wait([self._cycles[0]])
+            if self._dirty and self._timer is None and not self._wake.is_set():
+                oldest = min(lg.pending_since for lg in self._dirty if lg.pending)
+                delay = oldest + self.config.flush_interval_ms / 1000
+                delay -= asyncio.get_running_loop().time()
+                if delay <= 0:
+                    self._wake.set()
+                else:
+                    self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _start_cycle(self, ready: list[PartitionLog]) -> None:
+        """Take the buffers of ``ready`` now and flush them in a task of their own; its
+        commit waits for the previous cycle's (manifest entries stay in offset order)."""
+        prev = self._cycles[-1] if self._cycles else None
+        jobs = [(lg, lg.take_pending()) for lg in ready]
+        task = asyncio.create_task(self._run_cycle(jobs, prev), name="flush-cycle")
+        self._cycles.append(task)
+        task.add_done_callback(self._cycles.remove)
+
+    async def _run_cycle(self, jobs: list[Job], prev: asyncio.Task[None] | None) -> None:
+        try:
+            await self.cycle(jobs, prev)
+        except Exception:  # never let a failed cycle go unlogged
+            log.exception("flush cycle failed")
+            for lg, pend in jobs:  # nothing may wait forever on a cycle that died
+                lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+
+    async def cycle(self, jobs: list[Job], prev: asyncio.Task[None] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        flushing: list[asyncio.Future[None]] = []
+        for lg, _pend in jobs:
+            lg.flushing = loop.create_future()
+            flushing.append(lg.flushing)
+        try:
+            sem = asyncio.Semaphore(self.config.flush_concurrency)
+            uploads = await asyncio.gather(
+                *(self._upload(sem, lg, pend) for lg, pend in jobs), return_exceptions=True
+            )
+            if prev is not None:  # its commit (or failure) first: it may move hw
+                await asyncio.wait([prev])
+            done: list[Done] = []
+            for (lg, pend), res in zip(jobs, uploads, strict=True):
+                if isinstance(res, BaseException):
+                    log.warning("segment upload for %s-%d failed: %s", lg.topic, lg.partition, res)
+                    lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+                else:
+                    done.append((lg, pend, res))
+            done = await self._contiguous(done)
+            per_txn = max(1, self.logs.meta.max_txn_ops // 2)
+            async with self.logs.committer.lock:
+                for i in range(0, len(done), per_txn):
+                    await self._commit(done[i : i + per_txn])
+            self.stats["flush_cycles"] += 1
+        finally:
+            for (lg, _pend), fut in zip(jobs, flushing, strict=True):
+                if lg.flushing is fut:
+                    lg.flushing = None
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _upload(
+        self, sem: asyncio.Semaphore, lg: PartitionLog, pend: list[PendingBatch]
+    ) -> SegmentMeta:
+        async with sem:
+            base = pend[0].base_offset
+            built = build_segment(
+                base, [p.view for p in pend], int(time.time() * 1000), self.config.index_interval
+            )
+            # one copy: the store body and the tail cache. bytes.join drops the GIL for
+            # large joins, so big segments are joined off the event loop
+            if built.size >= JOIN_OFF_LOOP_BYTES:
+                data = await asyncio.to_thread(b"".join, built.buffers)
+            else:
+                data = b"".join(built.buffers)
+            name = lg.new_object_name(base, built.last_offset)
+            key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
+            faults.checkpoint("flush.before_put")
+            store = self.logs.store
+            # both objects at once: each PUT waits mostly on its fsyncs (or S3 round trip)
+            results = await asyncio.gather(
+                store.put_if_absent(index_key_for(key), [built.index]),
+                store.put_if_absent(key, [data]),
+                return_exceptions=True,
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                # never committed, and the name is ours alone: nothing else can need them
+                await self.logs.discard(lg, [key])
+                raise failed[0]
+            etag = results[1]
+            assert isinstance(etag, str)
+            self.logs.cache.put(key, data, parse_index(built.index), etag)
+            self.stats["segments"] += 1
+            self.stats["segment_bytes"] += built.size
+            return SegmentMeta(
+                base,
+                built.last_offset,
+                built.size,
+                built.record_count,
+                built.max_timestamp,
+                etag,
+                name,
+                created_ms=int(time.time() * 1000),
+            )
+
+    async def _contiguous(self, done: list[Done]) -> list[Done]:
+        """Drop (and fail) segments that no longer start at their log's committed end: an
+        earlier cycle of that partition failed and rewound it (its appends were rolled
+        back then), or the partition was closed. Committing them would leave a gap."""
+        keep = []
+        for lg, pend, seg in done:
+            if seg.base == lg.hw and lg.state != CLOSED:
+                keep.append((lg, pend, seg))
+                continue
+            closed = lg.state == CLOSED
+            code = ErrorCode.NOT_LEADER_OR_FOLLOWER if closed else ErrorCode.KAFKA_STORAGE_ERROR
+            for p in pend:
+                if not p.future.done():
+                    p.future.set_exception(AppendError(code))
+                    p.future.exception()  # mark retrieved: waiters may be gone
+            if not closed:  # never sent for commit: garbage only this owner could name
+                await self.logs.discard(lg, [self.logs.object_key(lg, seg)])
+        return keep
+
+    async def _commit(self, chunk: list[Done]) -> None:
+        ops: list[Put] = []
+        probes: dict[str, bytes] = {}
+        for lg, _pend, seg in chunk:
+            entry = seg.to_json()
+            ops.append(Put(seg_entry_key(lg.topic, lg.partition, seg.base), entry))
+            ops.append(
+                Put(end_key(lg.topic, lg.partition), end_json(seg.last + 1, lg.epoch, lg.log_start))
+            )
+            probes[seg_entry_key(lg.topic, lg.partition, seg.base)] = entry
+        lgs = [lg for lg, _pend, _seg in chunk]
+        res = await self.logs.committer.commit(lgs, ops, probes, moves_end=True)
+        self.stats["txns"] += 1
+        if res.outcome is Outcome.COMMITTED:
+            for lg, pend, seg in chunk:
+                lg.committed(seg, res.revision, pend)
+            self._close_fenced(res)
+            return
+        if res.outcome is Outcome.UNKNOWN:
+            for lg, pend, _seg in chunk:
+                lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+                self.logs.drop(lg, "its last commit has an unknown outcome")
+            return
+        if not res.resolved and len(chunk) > 1:  # find which partition was fenced
+            for item in chunk:
+                await self._commit([item])
+            return
+        await self._rejected(chunk, res)
+
+    async def _rejected(self, chunk: list[Done], res: CommitResult) -> None:
+        """Certainly not committed (and never will be): fail the appends."""
+        fenced = set(res.fenced) if res.resolved else {lg for lg, _p, _s in chunk}
+        for lg, pend, seg in chunk:
+            if lg in fenced:
+                log.warning(
+                    "lost ownership of %s-%d (epoch %d fenced)", lg.topic, lg.partition, lg.epoch
+                )
+                lg.failed(pend, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                self.logs.drop(lg, "fenced")
+            else:
+                lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+                await self.logs.discard(lg, [self.logs.object_key(lg, seg)])
+
+    def _close_fenced(self, res: CommitResult) -> None:
+        for lg in res.fenced:
+            log.warning("lost ownership of %s-%d after its last commit", lg.topic, lg.partition)
+            self.logs.drop(lg, "fenced")

@@ -1,0 +1,167 @@
+"""The read path: committed batches of an owned partition, from the cache or the store.
+
+The manifest an owner reads from is its ``PartitionLog.segments``, which it loaded when it
+took the partition and has kept current with its own commits since. A segment object
+found missing (merged away and deleted after the grace period, or lost) is resolved
+against the in-memory manifest once more, then against the manifest read fresh from the
+metadata store under the owner's guard. If the object is still referenced, the read fails
+with ``StoreError`` (the Fetch handler answers a retriable error for that partition
+alone); if this broker is no longer the owner, with NOT_LEADER_OR_FOLLOWER. A read never
+answers "no data" below the high watermark because an object was missing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from broker.meta.base import Get, MetaStoreError
+from broker.meta.schema import entry_base, segments_prefix
+from broker.partition import PartitionLog, SegmentMeta
+from protocol.batch import iter_batches
+from protocol.errors import ErrorCode, KafkaProtocolError
+from segments.cache import CachedSegment
+from segments.format import index_key_for, parse_index, partition_prefix, segment_key
+from segments.reader import read_from, slice_batches
+from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError
+
+if TYPE_CHECKING:
+    from broker.logs import LogManager
+
+log = logging.getLogger(__name__)
+
+WHOLE_READ_LIMIT = 16 * 1024 * 1024  # segments up to this size are read (and cached) whole
+
+
+class Reader:
+    def __init__(self, logs: LogManager) -> None:
+        self.logs = logs
+        self.namespace = logs.config.namespace
+
+    def object_key(self, lg: PartitionLog, seg: SegmentMeta) -> str:
+        """The object key of a committed segment (entries name theirs; legacy entries
+        without a name are at the plain key)."""
+        if seg.key:
+            return partition_prefix(self.namespace, lg.topic, lg.partition) + seg.key
+        return segment_key(self.namespace, lg.topic, lg.partition, seg.base)
+
+    async def segment_data(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
+        key = self.object_key(lg, seg)
+        cache = self.logs.cache
+        cached = cache.get(key, seg.etag)
+        if cached is not None:
+            return cached.data  # type: ignore[return-value]
+        data = await self.logs.store.get(key, if_match=seg.etag or None)
+        cache.put(key, data, None, seg.etag)
+        return data
+
+    async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
+        """The whole segment object (cached), for timestamp lookups and merges; a missing
+        object is checked against the fresh manifest first (see the module doc)."""
+        try:
+            return await self.segment_data(lg, seg)
+        except (ObjectNotFoundError, PreconditionFailedError):
+            await self.check_manifest(lg)
+            raise
+
+    async def read(self, lg: PartitionLog, offset: int, max_bytes: int) -> list[memoryview]:
+        """Whole batches from ``offset`` (at least one when any is committed), up to
+        ``max_bytes``; continues into following segments while they are cached.
+
+        The segment holding each offset is looked up afresh in ``lg.segments`` (a merge or
+        a head truncation may swap the list while a read waits); a missing object is
+        resolved as the module doc says."""
+        out: list[memoryview] = []
+        total = 0
+        remote_reads = 0
+        attempts = 0
+        while offset < lg.hw and total < max_bytes:
+            idx = lg.segment_index(offset)
+            if idx < 0:
+                break
+            seg = lg.segments[idx]
+            if seg.last < offset:  # a gap in the manifest: skip to the next segment
+                if idx + 1 >= len(lg.segments):
+                    break
+                offset = lg.segments[idx + 1].base
+                continue
+            key = self.object_key(lg, seg)
+            cached = self.logs.cache.get(key, seg.etag)
+            if cached is None and remote_reads:
+                break
+            try:
+                view = await self._read_one(lg, seg, key, cached, offset, max_bytes - total)
+            except (ObjectNotFoundError, PreconditionFailedError):
+                attempts += 1
+                now = lg.segment_index(offset)
+                if now >= 0 and lg.segments[now] is not seg and attempts <= 2:
+                    continue  # the manifest moved on while we read: read the new entry
+                if attempts > 2 or not await self.check_manifest(lg):
+                    raise
+                continue
+            remote_reads += cached is None
+            if len(view) == 0:
+                offset = seg.last + 1
+                continue
+            if out and total + len(view) > max_bytes:
+                break
+            out.append(view)
+            total += len(view)
+            last = _last_offset(view)
+            if last < seg.last:  # the budget ended inside this segment
+                break
+            offset = last + 1
+        return out
+
+    async def _read_one(
+        self,
+        lg: PartitionLog,
+        seg: SegmentMeta,
+        key: str,
+        cached: CachedSegment | None,
+        offset: int,
+        budget: int,
+    ) -> memoryview:
+        if cached is not None:
+            return slice_batches(cached.data, cached.index, offset, budget)
+        if seg.size <= WHOLE_READ_LIMIT:
+            return slice_batches(await self.segment_data(lg, seg), None, offset, budget)
+        store = self.logs.store
+        index = parse_index(await store.get(index_key_for(key)))
+        return await read_from(store, key, index, offset, budget, seg.size, seg.etag)
+
+    async def check_manifest(self, lg: PartitionLog) -> bool:
+        """Compare ``lg``'s manifest with the store's, read under the owner's guard.
+
+        Returns True when they differed (``lg`` now has the store's: read again), False
+        when they agree (the object is really missing). Raises NOT_LEADER_OR_FOLLOWER
+        (after dropping ``lg``) when this broker no longer owns the partition, and
+        StoreError when the metadata store cannot answer."""
+        logs = self.logs
+        try:
+            res = await logs.meta.txn(
+                logs.committer.guard(lg), [Get(segments_prefix(lg.topic, lg.partition), True)]
+            )
+        except MetaStoreError as exc:
+            raise StoreError(f"manifest of {lg.topic}-{lg.partition} unavailable: {exc}") from exc
+        if not res.succeeded:
+            logs.drop(lg, "fenced (found while reading)")
+            raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        fresh = [SegmentMeta.from_json(entry_base(kv.key), kv.value) for kv in res.gets[0]]
+        if fresh == lg.segments:
+            log.error(
+                "%s-%d: a committed segment object is missing from the store",
+                lg.topic,
+                lg.partition,
+            )
+            return False
+        log.warning("%s-%d: manifest reloaded from the metadata store", lg.topic, lg.partition)
+        lg.set_segments(fresh)
+        return True
+
+
+def _last_offset(view: memoryview) -> int:
+    last = -1
+    for hdr, _ in iter_batches(view):
+        last = hdr.last_offset
+    return last

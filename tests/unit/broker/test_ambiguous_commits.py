@@ -1,0 +1,245 @@
+"""Metadata transactions whose outcome is unknown (broker/commit.py), deterministically.
+
+An in-process broker over the real embedded metadata store and a real local-directory
+store. The metadata store is wrapped so that one chosen transaction is applied and then
+reported as failed (a deadline exceeded after the store committed it), or reported as
+failed without being applied, or so that the store stays unreachable for a while. The
+broker must acknowledge exactly the records that were committed, delete nothing that is
+referenced, and serve every acknowledged record afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.meta.base import Compare, MetaStore, MetaStoreError, Op, Put, TxnResult, open_meta
+from broker.partition import AppendError, AppendResult, PartitionLog
+from broker.server import Broker
+from protocol.batch import iter_batches, read_header
+from protocol.errors import ErrorCode
+from protocol.records import RecordInput, build_batch, decode_batch
+from segments.format import index_key_for, partition_prefix
+
+TOPIC = "amb"
+
+Match = Callable[[Sequence[Compare], Sequence[Op]], bool]
+
+
+class FlakyMeta:
+    """The real metadata store; the next transaction that ``match`` picks is applied (or
+    not) and then fails with MetaStoreError, as etcd's client does on a deadline."""
+
+    def __init__(self, inner: MetaStore) -> None:
+        self.inner = inner
+        self.max_txn_ops = inner.max_txn_ops
+        self.match: Match | None = None
+        self.apply = True
+        self.down = 0  # further transactions that fail, unapplied, after the match
+        self.hits = 0
+
+    def arm(self, match: Match, *, apply: bool, down: int = 0) -> None:
+        self.match, self.apply, self.down = match, apply, down
+
+    async def txn(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        if self.match is not None and self.match(compares, success):
+            self.match = None
+            self.hits += 1
+            if self.apply:
+                await self.inner.txn(compares, success, failure)
+            raise MetaStoreError("etcd DEADLINE_EXCEEDED: injected after the call")
+        if self.down > 0:
+            self.down -= 1
+            raise MetaStoreError("etcd unavailable: injected")
+        return await self.inner.txn(compares, success, failure)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def puts_under(fragment: str) -> Match:
+    def match(_compares: Sequence[Compare], ops: Sequence[Op]) -> bool:
+        return any(isinstance(op, Put) and fragment in op.key for op in ops)
+
+    return match
+
+
+def config(tmp: Path, **kw: Any) -> BrokerConfig:
+    base = BrokerConfig(
+        listen_port=0,
+        store_url=f"file://{tmp}/data",
+        data_dir=str(tmp / "data"),
+        flush_interval_ms=1,
+        merge_interval_ms=3_600_000,
+        retention_check_interval_ms=3_600_000,
+        merge_min_age_ms=0,
+        merge_min_segments=2,
+        segment_delete_grace_ms=0,
+    )
+    return replace(base, **kw)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[tuple[Broker, FlakyMeta]]:
+    cfg = config(tmp_path)
+    meta = FlakyMeta(open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix))
+    b = Broker(cfg, meta=meta)  # type: ignore[arg-type]
+    await b.start()
+    await b.topics.create(TOPIC, 1)
+    b.logs.committer.resolve_s = 0.5
+    try:
+        yield b, meta
+    finally:
+        meta.match, meta.down = None, 0
+        await b.stop()
+
+
+def append(b: Broker, lg: PartitionLog, tag: str) -> AppendResult:
+    recs: list[RecordInput] = [(tag.encode(), f"{tag}-{j}".encode(), []) for j in range(2)]
+    view = memoryview(bytearray(build_batch(recs)))
+    res = lg.append(read_header(view), view)
+    assert res.error == ErrorCode.NONE and res.done is not None
+    b.logs.appended(lg, len(view))
+    return res
+
+
+async def commit(b: Broker, lg: PartitionLog, tag: str) -> ErrorCode:
+    res = append(b, lg, tag)
+    assert res.done is not None
+    try:
+        await res.done
+    except AppendError as exc:
+        return exc.code
+    return ErrorCode.NONE
+
+
+async def values(b: Broker, lg: PartitionLog) -> list[bytes]:
+    out: list[bytes] = []
+    offset = lg.log_start
+    while offset < lg.hw:
+        views = await b.logs.read(lg, offset, 1 << 20)
+        assert views, f"nothing read at {offset} below the high watermark {lg.hw}"
+        for view in views:
+            for _hdr, bv in iter_batches(view):
+                for r in decode_batch(bv)[1]:
+                    if r.offset >= offset and r.value is not None:
+                        out.append(r.value)
+                        offset = r.offset + 1
+    return out
+
+
+def objects(tmp: Path) -> set[str]:
+    d = tmp / "data" / partition_prefix("default", TOPIC, 0)
+    return set(os.listdir(d)) if d.exists() else set()
+
+
+async def end_of(b: Broker) -> dict[str, int]:
+    kv = await b.meta.get(f"/logs/{TOPIC}/0/end")
+    assert kv is not None
+    return dict(json.loads(kv.value))
+
+
+async def test_applied_commit_reported_failed_is_acknowledged(
+    node: tuple[Broker, FlakyMeta], tmp_path: Path
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    meta.arm(puts_under("/segments/"), apply=True)
+    assert await commit(b, lg, "b") == ErrorCode.NONE  # committed: acknowledged
+    assert meta.hits == 1 and lg.hw == 4 and (await end_of(b))["next_offset"] == 4
+    assert b.logs.logs.get((TOPIC, 0)) is lg  # still the owner, at the right revision
+    assert await commit(b, lg, "c") == ErrorCode.NONE
+    assert await values(b, lg) == [b"a-0", b"a-1", b"b-0", b"b-1", b"c-0", b"c-1"]
+    assert {s.key for s in lg.segments} <= objects(tmp_path)
+    b.logs.cache.clear()
+    assert await values(b, lg) == [b"a-0", b"a-1", b"b-0", b"b-1", b"c-0", b"c-1"]
+
+
+async def test_unapplied_commit_reported_failed_is_retriable_and_cleans_up(
+    node: tuple[Broker, FlakyMeta], tmp_path: Path
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    before = objects(tmp_path)
+    meta.arm(puts_under("/segments/"), apply=False)
+    assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR  # retriable
+    assert lg.hw == 2 and lg.next_offset == 2 and (await end_of(b))["next_offset"] == 2
+    assert objects(tmp_path) == before  # its objects were never committed: removed
+    assert await commit(b, lg, "b") == ErrorCode.NONE  # the producer's retry
+    assert await values(b, lg) == [b"a-0", b"a-1", b"b-0", b"b-1"]
+
+
+async def test_unknown_outcome_fails_retriably_deletes_nothing_and_heals(
+    node: tuple[Broker, FlakyMeta], tmp_path: Path
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    # applied, and then the store stays out of reach longer than the resolution lasts
+    meta.arm(puts_under("/segments/"), apply=True, down=1_000_000)
+    assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR
+    assert lg.state == "closed" and b.logs.logs.get((TOPIC, 0)) is None
+    names = objects(tmp_path)
+    assert len([n for n in names if n.endswith(".kfs")]) == 2  # nothing deleted
+    meta.down = 0  # the store is back: the next request takes the partition afresh
+    lg2 = await b.logs.get(TOPIC, 0)
+    assert lg2.epoch == lg.epoch + 1 and lg2.hw == 4  # "b" had been committed after all
+    assert await values(b, lg2) == [b"a-0", b"a-1", b"b-0", b"b-1"]
+    assert await commit(b, lg2, "c") == ErrorCode.NONE
+    assert await values(b, lg2) == [b"a-0", b"a-1", b"b-0", b"b-1", b"c-0", b"c-1"]
+
+
+async def test_merge_with_an_unknown_outcome_loses_nothing(
+    node: tuple[Broker, FlakyMeta], tmp_path: Path
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "abcd":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    maint = b.logs.maintenance
+    assert maint is not None
+    expected = [f"{t}-{j}".encode() for t in "abcd" for j in range(2)]
+    # applied, reported failed: the merge counts, and nothing it references goes
+    meta.arm(puts_under("/segments/"), apply=True)
+    assert await maint.merge_partition(lg) == 1
+    assert [(s.base, s.last) for s in lg.segments] == [(0, 7)]
+    await maint.flush_deletes()
+    assert {lg.segments[0].key, index_key_for(lg.segments[0].key)} == objects(tmp_path)
+    b.logs.cache.clear()
+    assert await values(b, lg) == expected
+    # not applied, reported failed: the merged object goes, the run stays
+    for tag in "efgh":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    before = objects(tmp_path)
+    meta.arm(puts_under("/segments/"), apply=False)
+    assert await maint.merge_partition(lg) == 0
+    assert len(lg.segments) == 5 and objects(tmp_path) == before
+    b.logs.cache.clear()
+    assert await values(b, lg) == expected + [f"{t}-{j}".encode() for t in "efgh" for j in range(2)]
+
+
+async def test_log_start_commit_applied_but_reported_failed(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "abc":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    maint = b.logs.maintenance
+    assert maint is not None
+    meta.arm(puts_under("/end"), apply=True)
+    assert await maint.delete_records(lg, 4) == 4
+    assert lg.log_start == 4 and (await end_of(b))["log_start"] == 4
+    assert await commit(b, lg, "d") == ErrorCode.NONE  # the end revision is right
+    assert await values(b, lg) == [b"c-0", b"c-1", b"d-0", b"d-1"]
