@@ -101,16 +101,19 @@ class ObjectDeleter:
     # -- retirement -----------------------------------------------------------------------
     def retire(self, lg: PartitionLog, segs: Sequence[SegmentMeta]) -> None:
         """Schedule the objects of segments that ``lg``'s own commit removed from the
-        manifest for deletion after the grace period."""
+        manifest for deletion after the grace period (one timer for the batch)."""
         loop = asyncio.get_running_loop()
         grace = max(0, self.config.segment_delete_grace_ms) / 1000
+        keys: list[str] = []
         for seg in segs:
             key = self.logs.object_key(lg, seg)
             self.logs.cache.evict(key)  # readers that already hold it keep their reference
-            for k in (key, index_key_for(key)):
-                if k not in self._pending:
-                    handle = loop.call_later(grace, self._spawn, k)
-                    self._pending[k] = (handle, lg)
+            keys += [k for k in (key, index_key_for(key)) if k not in self._pending]
+        if not keys:
+            return
+        handle = loop.call_later(grace, self._spawn, keys)
+        for k in keys:
+            self._pending[k] = (handle, lg)
 
     async def flush(self) -> None:
         """Run every scheduled deletion now and wait for it (tests, tooling)."""
@@ -124,11 +127,17 @@ class ObjectDeleter:
         if self._tasks:
             await asyncio.wait(list(self._tasks))
 
-    def _spawn(self, key: str) -> None:
-        entry = self._pending.pop(key, None)
-        if entry is None:
+    def _spawn(self, keys: list[str]) -> None:
+        owner: PartitionLog | None = None
+        due: list[str] = []
+        for key in keys:
+            entry = self._pending.pop(key, None)
+            if entry is not None:
+                owner = entry[1]
+                due.append(key)
+        if owner is None:
             return
-        task = asyncio.create_task(self._delete_retired(entry[1], [key]))
+        task = asyncio.create_task(self._delete_retired(owner, due))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -163,6 +172,7 @@ class ObjectDeleter:
             return 0
         prefix = partition_prefix(self.config.namespace, lg.topic, lg.partition)
         logs = self.logs
+        faults.checkpoint("sweep.before_list")
         try:
             infos = await logs.store.list(prefix)  # listed before the manifest is read
             res = await logs.meta.txn(

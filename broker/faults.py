@@ -10,10 +10,12 @@ leaves it. The checkpoints are listed in docs/operations.md ("Fault tests").
 
 Checkpoints sit just before every place that deletes or writes objects:
 
-- ``flush.before_put``: a flush cycle, after building its segments, before the PUTs;
-- ``sweep.before_delete``: an unreferenced-object sweep, after choosing its victims;
-- ``retire.before_delete``: the delayed deletion of merged-away or expired objects;
-- ``topic.before_delete``: topic deletion, after listing the topic's objects;
+- ``flush.before_put``: a flush cycle, after building a segment, before its PUTs;
+- ``sweep.before_list``: an unreferenced-object sweep, before it looks at anything;
+- ``sweep.before_delete``: a sweep, after choosing its victims, before deleting them;
+- ``retire.before_delete``: the delayed deletion of merged-away or expired objects,
+  after the ownership check, before the delete;
+- ``topic.before_list``: topic deletion, before listing the topic's objects;
 - ``merge.before_commit``: a merge, after uploading the merged segment.
 """
 
@@ -30,9 +32,10 @@ ENV = "KAFSCALE_FAULT_PAUSE"
 POINTS = frozenset(
     {
         "flush.before_put",
+        "sweep.before_list",
         "sweep.before_delete",
         "retire.before_delete",
-        "topic.before_delete",
+        "topic.before_list",
         "merge.before_commit",
     }
 )

@@ -412,8 +412,8 @@ class TopicManager:
         store = self._store
         prefix = f"{self._namespace}/{name}/"
         try:
+            faults.checkpoint("topic.before_list")
             keys = topic_garbage(await store.list(prefix), prefix, topic_id)
-            faults.checkpoint("topic.before_delete")
             for i in range(0, len(keys), _DELETE_CONCURRENCY):
                 chunk = keys[i : i + _DELETE_CONCURRENCY]
                 await asyncio.gather(*(store.delete(k) for k in chunk))
