@@ -2,7 +2,8 @@
 
 confluent-kafka produces to a multi-partition topic (keys, headers, null keys and values,
 every compression codec) and a consumer reads everything back; the objects in the bucket
-follow DESIGN §3 and the keys in etcd (read with ``etcdctl``) follow DESIGN §5, with
+follow docs/format.md ("Object keys") and the keys in etcd (read with ``etcdctl``) follow
+docs/format.md ("Metadata keys"), with
 manifest entries that name the objects' real ETags.
 """
 
@@ -38,7 +39,8 @@ PER_CODEC = 150
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 # plain segments, and merged ones (segment-{base}-{last}, docs/format.md)
 SEGMENT_KEY = re.compile(
-    r"^kafscale/default/([^/]+)/(\d+)/segment-(\d{20})(-\d{20})?\.(kfs|index)$"
+    r"^kafscale/default/([^/]+)/(\d+)/"
+    r"segment-(\d{20})-(\d{20})-e(\d{10})-([0-9a-f]{8})-(\d{12})\.(kfs|index)$"
 )
 
 
@@ -125,14 +127,14 @@ def test_produce_consume_on_s3_and_etcd(s3_env: tuple[Backend, BrokerProcess, st
     # across codecs only through distinct values, so the mapping is exact)
     assert seen == sent
 
-    # DESIGN §3: object keys in the bucket
+    # docs/format.md, "Object keys": writer-unique names in the bucket
     objects = _list_bucket(backend, bucket)
     assert objects, "no objects written"
     for key in objects:
         m = SEGMENT_KEY.match(key)
-        assert m, f"object key {key!r} does not follow DESIGN §3"
+        assert m, f"object key {key!r} does not follow docs/format.md"
         assert m.group(1) == topic and int(m.group(2)) < PARTITIONS
-    # DESIGN §5: keys in etcd
+    # docs/format.md, "Metadata keys": keys in etcd
     kv = _etcd_kv(backend.meta_url, backend.meta_prefix)
     broker = json.loads(kv["/brokers/3"])
     assert broker["host"] == "127.0.0.1" and int(broker["port"]) == b.port and "rack" in broker
