@@ -104,6 +104,18 @@ _BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "unanswered request bytes per broker before connections stop reading",
     ),
     ("max-request-bytes", "max_request_bytes", int, "largest request frame accepted"),
+    (
+        "queued-max-request-bytes",
+        "queued_max_request_bytes",
+        int,
+        "announced bytes of partially received frames per broker (default 268435456)",
+    ),
+    (
+        "request-read-timeout-ms",
+        "request_read_timeout_ms",
+        int,
+        "close a connection whose frame is incomplete this long after its length (default 60000)",
+    ),
     ("lease-ttl", "lease_ttl_s", int, "metadata lease TTL in seconds (default 10)"),
     (
         "group-min-session-timeout-ms",

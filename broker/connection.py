@@ -13,6 +13,20 @@ request is read at once. The writer sends responses strictly in request order.
 Admission control: the bytes of frames read but not yet answered are counted per
 connection and per broker; past either limit the connection stops reading (TCP pushes
 back on the client) until responses go out.
+
+Memory before a frame arrives (issue 16): a frame's announced length is checked against
+``--max-request-bytes`` as soon as it is read, then *reserved* against the broker-wide
+``--queued-max-request-bytes`` budget (Kafka's queued.max.request.bytes); without room
+the connection stops reading until other frames complete. The reservation is only an
+account: the frame's buffer starts small and doubles as its bytes arrive, so a client
+that announces 100 MiB and sends nothing costs a few KiB. A frame must be complete
+within ``--request-read-timeout-ms`` of its length (the clock stops while the broker
+itself is not reading the connection), or the connection is closed.
+
+Handler failures: a request that decodes always gets an answer. A handler that raises
+gets ``protocol.codec.error_response`` (UNKNOWN_SERVER_ERROR where the response has a
+top-level error code, empty results otherwise); each (API, exception type) is logged with
+its traceback once, then at DEBUG.
 """
 
 from __future__ import annotations
@@ -25,7 +39,12 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from broker.handlers import REGISTRY, Encoded, RequestContext
-from protocol.codec import api_versions_fallback, decode_request, encode_response
+from protocol.codec import (
+    api_versions_fallback,
+    decode_request,
+    encode_response,
+    error_response,
+)
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import RequestHeader, parse_request_header
 
@@ -34,7 +53,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_ZEROS = bytes(1 << 20)  # growth source for frame buffers (no temporary per extension)
+_ZEROS_VIEW = memoryview(_ZEROS)
+_logged_failures: set[tuple[int, str]] = set()
+
 SCRATCH = 256 * 1024
+FIRST_CHUNK = 256 * 1024  # a frame's buffer starts at most this big, then doubles
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
 API_VERSIONS = 18
 
@@ -58,6 +82,10 @@ class Connection(asyncio.BufferedProtocol):
         self._filled = 0
         self._frame: bytearray | None = None
         self._frame_pos = 0
+        self._frame_size = 0  # announced length of the frame being received
+        self.reserved = 0  # bytes of that frame reserved against the broker's budget
+        self.waiting_for_memory = 0  # a frame length that found no room (0: none)
+        self._read_timer: asyncio.TimerHandle | None = None
         self._frames: deque[bytearray] = deque()
         self._frames_ready = asyncio.Event()
         self._out: deque[tuple[RequestHeader, Any, int]] = deque()
@@ -65,7 +93,8 @@ class Connection(asyncio.BufferedProtocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.inflight = 0
-        self._paused = False
+        self._paused = False  # admission control (in-flight bytes)
+        self._transport_paused = False
         self._closed = False
         self._busy = False  # a request is being handled
         self._draining = False  # the peer hung up: finish the requests it already sent
@@ -92,6 +121,7 @@ class Connection(asyncio.BufferedProtocol):
         peer_closed = not self._closed
         self._closed = True
         self.broker.connections.discard(self)
+        self._drop_partial()
         if peer_closed and (self._busy or self._frames) and len(self._tasks) == 2:
             # Requests the peer sent before hanging up still take effect (an acks=0
             # produce has no other way to); nobody is left to answer them. The process
@@ -115,15 +145,33 @@ class Connection(asyncio.BufferedProtocol):
         self._can_write.set()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._frame_pos :]
+        frame = self._frame
+        if frame is not None:
+            if self._frame_pos == len(frame):
+                frame = self._grow(frame)
+            return memoryview(frame)[self._frame_pos :]
         return self._scratch_view[self._filled :]
+
+    def _grow(self, frame: bytearray) -> bytearray:
+        """Double the partial frame's buffer (never past its announced size)."""
+        extra = min(self._frame_size, max(2 * len(frame), FIRST_CHUNK)) - len(frame)
+        try:
+            while extra > 0:
+                step = min(extra, len(_ZEROS))
+                frame += _ZEROS_VIEW[:step]
+                extra -= step
+        except BufferError:  # still exported somewhere: move it to a new buffer
+            grown = bytearray(len(frame) + extra)
+            grown[: self._frame_pos] = frame[: self._frame_pos]
+            self._frame = frame = grown
+        return frame
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._frame_pos += nbytes
-            if self._frame_pos == len(self._frame):
+            if self._frame_pos == self._frame_size:
                 frame, self._frame = self._frame, None
+                self._frame_done()
                 self._deliver(frame)
             return
         self._filled += nbytes
@@ -136,7 +184,7 @@ class Connection(asyncio.BufferedProtocol):
     def _split_scratch(self) -> None:
         data, end, pos = self._scratch, self._filled, 0
         limit = self.broker.config.max_request_bytes
-        while end - pos >= 4:
+        while end - pos >= 4 and not self._closed:
             size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
                 log.warning("closing %s: frame size %d outside 0..%d", self.peer, size, limit)
@@ -147,15 +195,72 @@ class Connection(asyncio.BufferedProtocol):
                 self._deliver(bytearray(self._scratch_view[pos + 4 : pos + 4 + size]))
                 pos += 4 + size
                 continue
-            frame = bytearray(size)
-            frame[:have] = self._scratch_view[pos + 4 : end]
-            self._frame, self._frame_pos = frame, have
+            if size <= SCRATCH - 4:  # it will fit: wait for the rest in the scratch
+                break
+            if not self.broker.reserve_frame(self, size):
+                self.waiting_for_memory = size  # the bytes stay in the scratch buffer
+                self._stop_reading()
+                break
+            self._start_frame(size, self._scratch_view[pos + 4 : end])
             pos = end
             break
         rest = end - pos
         if rest and pos:
             data[:rest] = data[pos:end]
         self._filled = rest
+
+    def memory_granted(self) -> None:
+        """The broker reserved the frame this connection waited for: start receiving it."""
+        size, self.waiting_for_memory = self.waiting_for_memory, 0
+        if self._closed or not size:
+            return
+        self._start_frame(size, self._scratch_view[4 : self._filled])
+        self._filled = 0
+        self._resume_reading()
+
+    def _start_frame(self, size: int, head: memoryview) -> None:
+        have = len(head)
+        frame = bytearray(min(size, max(2 * have, FIRST_CHUNK)))
+        frame[:have] = head
+        self._frame, self._frame_pos, self._frame_size = frame, have, size
+        self._arm_read_timer()
+
+    def _frame_done(self) -> None:
+        self._cancel_read_timer()
+        self._frame_size = 0
+        self.broker.release_frame(self)
+
+    def _drop_partial(self) -> None:
+        self._cancel_read_timer()
+        self._frame = None
+        self.waiting_for_memory = 0
+        self.broker.release_frame(self)
+
+    # -- read deadline ------------------------------------------------------------------
+    def _arm_read_timer(self) -> None:
+        self._cancel_read_timer()
+        timeout = self.broker.config.request_read_timeout_ms
+        if timeout > 0 and self._frame is not None and not self._reading_stopped():
+            loop = asyncio.get_running_loop()
+            self._read_timer = loop.call_later(timeout / 1000, self._read_timed_out)
+
+    def _cancel_read_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _read_timed_out(self) -> None:
+        self._read_timer = None
+        if self._frame is None or self._closed:
+            return
+        log.warning(
+            "closing %s: frame of %d bytes incomplete (%d received) after %d ms",
+            self.peer,
+            self._frame_size,
+            self._frame_pos,
+            self.broker.config.request_read_timeout_ms,
+        )
+        self.close()
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
@@ -166,12 +271,37 @@ class Connection(asyncio.BufferedProtocol):
     def pause(self) -> None:
         if not self._paused and self.transport is not None and not self._closed:
             self._paused = True
-            self.transport.pause_reading()
+            self._apply_reading()
 
     def resume(self) -> None:
         if self._paused and self.transport is not None and not self._closed:
             self._paused = False
-            self.transport.resume_reading()
+            self._apply_reading()
+
+    def _stop_reading(self) -> None:
+        self._apply_reading()
+
+    def _resume_reading(self) -> None:
+        self._apply_reading()
+
+    def _reading_stopped(self) -> bool:
+        return self._paused or bool(self.waiting_for_memory)
+
+    def _apply_reading(self) -> None:
+        """Pause the transport while in-flight bytes or the frame budget say so."""
+        if self.transport is None or self._closed:
+            return
+        if self._reading_stopped():
+            if not self._transport_paused:
+                self._transport_paused = True
+                self.transport.pause_reading()
+            self._cancel_read_timer()  # not the client's fault while we do not read
+        else:
+            if self._transport_paused:
+                self._transport_paused = False
+                self.transport.resume_reading()
+            if self._frame is not None and self._read_timer is None:
+                self._arm_read_timer()
 
     @property
     def paused(self) -> bool:
@@ -200,12 +330,12 @@ class Connection(asyncio.BufferedProtocol):
             self._busy = True
             try:
                 item = await self._dispatch(frame)
-            except KafkaProtocolError as exc:
+            except KafkaProtocolError as exc:  # the frame does not decode
                 log.warning("closing %s: %s", self.peer, exc)
                 self.close()
                 return
             except Exception:
-                log.exception("closing %s: handler failed", self.peer)
+                log.exception("closing %s: request failed", self.peer)
                 self.close()
                 return
             finally:
@@ -238,7 +368,11 @@ class Connection(asyncio.BufferedProtocol):
         else:
             request = decode_request(hdr.api_key, hdr.api_version, body)
         ctx = RequestContext(self.broker, hdr, self.peer)
-        result = await api.handle(ctx, request)
+        try:
+            result = await api.handle(ctx, request)
+        except Exception as exc:  # a handler bug: answer, keep the connection
+            _handler_failed(hdr, exc)
+            return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
         if inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
         elif result is None:
@@ -261,14 +395,16 @@ class Connection(asyncio.BufferedProtocol):
                 if isinstance(item, asyncio.Future):
                     item = await item
                 bufs = self._encode(hdr, item)
-            except KafkaProtocolError as exc:
-                log.warning("closing %s: %s", self.peer, exc)
-                self.close()
-                return
-            except Exception:
-                log.exception("closing %s: response failed", self.peer)
-                self.close()
-                return
+            except Exception as exc:  # a deferred handler or an encoder failed
+                _handler_failed(hdr, exc)
+                try:
+                    bufs = self._encode(
+                        hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
+                    )
+                except Exception:
+                    log.exception("closing %s: response failed", self.peer)
+                    self.close()
+                    return
             self._answered(size)
             if bufs:
                 self._send(bufs)
@@ -305,3 +441,19 @@ class Connection(asyncio.BufferedProtocol):
             transport.write(b)
         if small:
             transport.write(b"".join(small) if len(small) > 1 else small[0])
+
+
+def _handler_failed(hdr: RequestHeader, exc: BaseException) -> None:
+    """Log a handler failure: with its traceback the first time per (API, exception
+    type), so one client repeating a bad request cannot flood the log."""
+    key = (hdr.api_key, type(exc).__name__)
+    if key in _logged_failures:
+        log.debug("API %d v%d failed again: %s", hdr.api_key, hdr.api_version, key[1])
+        return
+    _logged_failures.add(key)
+    log.error(
+        "API %d v%d handler failed; answered UNKNOWN_SERVER_ERROR",
+        hdr.api_key,
+        hdr.api_version,
+        exc_info=exc,
+    )

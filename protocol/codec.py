@@ -203,3 +203,13 @@ def api_versions_fallback(
         size, correlation_id, int(ErrorCode.UNSUPPORTED_VERSION), len(api_keys)
     )
     return [head + entries]
+
+
+def error_response(api_key: int, code: ErrorCode) -> Any:
+    """A response of ``api_key`` for a request the broker failed to handle: every field
+    at its default (arrays empty) and, where the response has a top-level ``error_code``,
+    that set to ``code``. Clients see an answer (the connection stays usable) with no
+    result for the parts they asked about, and retry them."""
+    cls = response_class(api_key)
+    names = {f.name for f in cls._struct._fields}
+    return cls(error_code=int(code)) if "error_code" in names else cls()

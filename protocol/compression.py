@@ -127,23 +127,33 @@ def _zstd_compress(data: Buf) -> bytes:
 # ---------------------------------------------------------------------------------- API
 
 
-def decompress(codec: int, data: Buf) -> bytes:
-    """Decompress a batch's records section. NONE returns the bytes unchanged."""
+def decompress(codec: int, data: Buf, max_size: int | None = None) -> bytes:
+    """Decompress a batch's records section. NONE returns the bytes unchanged.
+
+    ``max_size``: a decompressed section larger than this is CORRUPT_MESSAGE (checked
+    after the codec ran: it bounds what is kept, not the codec's transient output).
+    """
     c = _codec(codec)
     try:
         if c is Compression.NONE:
-            return bytes(data)
-        if c is Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
-        if c is Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if c is Compression.SNAPPY:
-            return _snappy_decompress(data)
-        return _gzip_decompress(data)
+            out = bytes(data)
+        elif c is Compression.ZSTD:
+            out = bytes(cramjam.zstd.decompress(data))
+        elif c is Compression.LZ4:
+            out = bytes(cramjam.lz4.decompress(data))
+        elif c is Compression.SNAPPY:
+            out = _snappy_decompress(data)
+        else:
+            out = _gzip_decompress(data)
     except MemoryError:
         raise
     except Exception as exc:  # any codec failure means the input is corrupt
         raise _corrupt(c, exc) from exc
+    if max_size is not None and len(out) > max_size:
+        raise KafkaProtocolError(
+            ErrorCode.CORRUPT_MESSAGE, f"{c.name} records decompress past {max_size} bytes"
+        )
+    return out
 
 
 def compress(codec: int, data: Buf) -> bytes:

@@ -179,6 +179,8 @@ class ProducePartitionResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # KIP-467 (v8+): (index of the record within its batch, message)
+    record_errors: Sequence[tuple[int, str | None]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,12 @@ def _put_partition(out: bytearray, p: ProducePartitionResult, version: int, flex
     if version >= 5:
         out += struct.pack(">q", p.log_start_offset)
     if version >= 8:
-        _put_len(out, 0, flex, _I32)  # record_errors: always empty
+        _put_len(out, len(p.record_errors), flex, _I32)
+        for index, message in p.record_errors:
+            out += _I32.pack(index)
+            _put_string(out, message, flex)
+            if flex:
+                out.append(0)
         _put_string(out, p.error_message, flex)
     if flex:
         out.append(0)  # current_leader (tag 0) left at its default: not written

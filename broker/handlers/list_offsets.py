@@ -71,9 +71,9 @@ async def _lookup(ctx: RequestContext, lg: PartitionLog, ts: int) -> tuple[int, 
     return await _by_timestamp(ctx.broker.logs, lg, ts)
 
 
-async def _partition(ctx: RequestContext, topic: str, p: Any, version: int) -> Any:
-    info = ctx.broker.topics.get(topic)
-    if info is None or not 0 <= p.partition_index < info.partitions:
+async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: int) -> Any:
+    info = ctx.broker.topics.get(topic) if topic else None
+    if topic is None or info is None or not 0 <= p.partition_index < info.partitions:
         return _Part(partition_index=p.partition_index, error_code=3, offset=-1, timestamp=-1)
     try:
         lg = await ctx.broker.logs.get(topic, p.partition_index)
@@ -98,7 +98,7 @@ async def _partition(ctx: RequestContext, topic: str, p: Any, version: int) -> A
 async def handle(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     topics = []
-    for t in request.topics:
-        parts = [await _partition(ctx, t.name, p, version) for p in t.partitions]
+    for t in request.topics or ():  # a null topic list asks for nothing
+        parts = [await _partition(ctx, t.name, p, version) for p in t.partitions or ()]
         topics.append(_Topic(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
