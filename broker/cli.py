@@ -243,11 +243,17 @@ def _run_broker(argv: list[str]) -> int:
 
 def _run_segments(argv: list[str]) -> int:
     if not argv or argv[0] != "inspect":
-        print("usage: kafscale segments inspect PATH|URL", file=sys.stderr)
+        print("usage: kafscale segments inspect PATH|URL [--verify]", file=sys.stderr)
         return 2
     from segments.inspect import main as inspect_main
 
     return inspect_main(argv[1:])
+
+
+def _run_partitions(argv: list[str]) -> int:
+    from broker.repair import main as repair_main
+
+    return repair_main(argv)
 
 
 def _run_groups(argv: list[str]) -> int:
@@ -266,6 +272,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "broker": _run_broker,
     "segments": _run_segments,
     "groups": _run_groups,
+    "partitions": _run_partitions,
     "ingest": _run_ingest,
 }
 
@@ -274,10 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(
-            "usage: kafscale {broker,groups,segments,ingest} ...\n\n"
+            "usage: kafscale {broker,groups,segments,partitions,ingest} ...\n\n"
             "  broker     run a broker (kafscale broker --help)\n"
             "  groups     list | describe GROUP | reset-offsets ... | delete GROUP\n"
-            "  segments   inspect PATH|URL\n"
+            "  segments   inspect PATH|URL [--verify]\n"
+            "  partitions truncate TOPIC PARTITION --to OFFSET [--execute]\n"
             "  ingest     turn committed segments into Iceberg tables",
             file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout,
         )
