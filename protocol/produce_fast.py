@@ -75,8 +75,11 @@ def _length(buf: memoryview, pos: int, flexible: bool, wide: struct.Struct) -> t
 
 
 def _count(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    """A non-null array length, sanity-checked against the bytes left."""
+    """An array length, sanity-checked against the bytes left. A null array (not
+    nullable in the schema, but well-framed) reads as empty: the request gets an answer."""
     n, pos = _length(buf, pos, flexible, _I32)
+    if n == -1:
+        return 0, pos
     if n < 0 or n > len(buf) - pos:
         raise MalformedFrameError(f"invalid array length {n}")
     return n, pos
