@@ -120,6 +120,30 @@ def _old_timestamp() -> bytes:
     return build_batch([(b"k", b"v", [])], base_timestamp=1000)
 
 
+def _bad_crc() -> bytes:
+    batch = bytearray(build_batch([(b"k", b"v", [])] * 2))
+    batch[-1] ^= 1
+    return bytes(batch)
+
+
+def _wrong_magic() -> bytes:
+    batch = bytearray(build_batch([(b"k", b"v", [])]))
+    batch[16] = 1
+    return bytes(batch)
+
+
+def _batch_length_lies() -> bytes:
+    batch = bytearray(build_batch([(b"k", b"v", [])]))
+    struct.pack_into(">i", batch, 8, len(batch) + 50)
+    return bytes(batch)
+
+
+def _record_length_lies() -> bytes:
+    batch = bytearray(build_batch([(b"k", b"value", [])] * 2))
+    batch[61] += 4  # the first record's length varint
+    return _recrc(batch)
+
+
 def _bad_pid() -> bytes:
     return build_batch([(b"k", b"v", [])], producer_id=7, producer_epoch=-1, base_sequence=0)
 
@@ -132,6 +156,11 @@ def _bad_pid() -> bytes:
         (_control, 9, ErrorCode.INVALID_RECORD, None),
         (_bad_gzip, 9, ErrorCode.CORRUPT_MESSAGE, None),
         (_bad_pid, 8, ErrorCode.INVALID_RECORD, None),
+        (_bad_crc, 9, ErrorCode.CORRUPT_MESSAGE, None),
+        (_wrong_magic, 9, ErrorCode.CORRUPT_MESSAGE, None),
+        (_batch_length_lies, 9, ErrorCode.CORRUPT_MESSAGE, None),
+        (_record_length_lies, 9, ErrorCode.INVALID_RECORD, 0),
+        (_record_length_lies, 3, ErrorCode.CORRUPT_MESSAGE, None),
     ],
 )
 async def test_corrupt_batch_answered_and_partition_unchanged(

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingest_job.decode import Columns, decode_batch_into
 from protocol import validate as v
 from protocol.batch import BATCH_HEADER_SIZE, crc32c, read_header, verify_crc
 from protocol.compression import Compression
@@ -245,3 +246,6 @@ def test_accepted_batches_decode_fully(batch: bytearray) -> None:
         assert rb.offset_list() == list(range(hdr.record_count))
         assert max(rb.timestamp_list()) == hdr.max_timestamp
     assert verify_crc(batch)
+    cols = Columns("t", 0)  # the ingest job's own entry point, CRC check included
+    assert decode_batch_into(cols, hdr, buf, 0, 1 << 62) == hdr.record_count
+    assert cols.to_table().column("offset").to_pylist() == list(range(hdr.record_count))
