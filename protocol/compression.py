@@ -156,6 +156,50 @@ def decompress(codec: int, data: Buf, max_size: int | None = None) -> bytes:
     return out
 
 
+def decompress_into(codec: int, data: Buf, out: memoryview) -> int:
+    """Decompress a compressed records section into ``out``; returns the bytes written.
+
+    The output can never grow past ``out``: a section that decompresses to more (a
+    decompression bomb) raises CORRUPT_MESSAGE like any undecodable one, having written at
+    most ``len(out)`` bytes. Nothing else is allocated for the output.
+    """
+    c = _codec(codec)
+    if c is Compression.NONE:
+        raise ValueError("decompress_into needs a compression codec")
+    try:
+        if c is Compression.ZSTD:
+            return int(cramjam.zstd.decompress_into(data, out))
+        if c is Compression.LZ4:
+            return int(cramjam.lz4.decompress_into(data, out))
+        if c is Compression.SNAPPY:
+            return _snappy_decompress_into(memoryview(data), out)
+        return int(cramjam.gzip.decompress_into(data, out))
+    except MemoryError:
+        raise
+    except Exception as exc:  # corrupt, or larger than ``out``
+        raise _corrupt(c, exc) from exc
+
+
+def _snappy_decompress_into(view: memoryview, out: memoryview) -> int:
+    if view[:8] == XERIAL_MAGIC:
+        pos, end, written = XERIAL_HEADER_SIZE, len(view), 0
+        if end < pos:
+            raise ValueError("truncated xerial header")
+        while pos < end:
+            if end - pos < 4:
+                raise ValueError("truncated xerial block length")
+            (n,) = _I32.unpack_from(view, pos)
+            pos += 4
+            if n < 0 or pos + n > end:
+                raise ValueError("xerial block length out of bounds")
+            written += int(cramjam.snappy.decompress_raw_into(view[pos : pos + n], out[written:]))
+            pos += n
+        return written
+    if view[:10] == _SNAPPY_FRAMED_MAGIC:
+        return int(cramjam.snappy.decompress_into(view, out))
+    return int(cramjam.snappy.decompress_raw_into(view, out))
+
+
 def compress(codec: int, data: Buf) -> bytes:
     """Compress a records section with the given codec. NONE returns the bytes unchanged."""
     c = _codec(codec)

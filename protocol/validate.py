@@ -6,8 +6,10 @@ Every batch a client sends is checked before the broker acknowledges it:
 - the header against the records actually present: ``recordsCount > 0``,
   ``lastOffsetDelta == recordsCount - 1``, exactly ``recordsCount`` well-formed records
   whose offset deltas are 0..n-1 and whose fields fill each record's length, and no
-  trailing bytes. Compressed batches are decompressed for this (one pass, bounded by
-  ``max_uncompressed``), since no cheaper check proves the same thing (``INVALID_RECORD``);
+  trailing bytes. Compressed batches are decompressed for this (one pass into a reusable
+  buffer that can never grow past ``max_uncompressed``: a decompression bomb is
+  ``CORRUPT_MESSAGE`` after at most that many bytes), since no cheaper check proves the
+  same thing (``INVALID_RECORD``);
 - producer fields consistent with the flags: a producer id of -1 or >= 0; with a producer
   id, an epoch and a base sequence >= 0 (``INVALID_RECORD``);
 - control batches are refused (only a transaction coordinator writes them), and so are
@@ -25,6 +27,7 @@ write path allows). LogAppendTime topics are stamped by the caller instead.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import struct
 from dataclasses import dataclass
 
@@ -36,7 +39,7 @@ from protocol.batch import (
     crc32c,
     verify_crc,
 )
-from protocol.compression import decompress
+from protocol.compression import decompress_into
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 try:
@@ -81,6 +84,41 @@ class TimestampPolicy:
 
 #: the default: what a produce of a topic without message.timestamp.* configs gets
 DEFAULT_POLICY = TimestampPolicy()
+
+#: a compressed batch may decompress to at least this much (more for topics with a large
+#: max.message.bytes: the broker allows 4x that)
+MIN_DECOMPRESSED_BOUND = 64 << 20
+
+
+def decompressed_bound(max_message_bytes: int) -> int:
+    return max(MIN_DECOMPRESSED_BOUND, 4 * max_message_bytes)
+
+
+class _Scratch:
+    """One reusable output buffer for decompressing batches on validation: an anonymous
+    mapping, so only the pages a batch actually fills become resident; after a large
+    one they are given back. Validation runs on the event loop thread, one batch at a
+    time, and nothing keeps a view past :func:`validate_batch`."""
+
+    RELEASE_ABOVE = 16 << 20
+
+    def __init__(self) -> None:
+        self._map: mmap.mmap | None = None
+
+    def get(self, size: int) -> memoryview:
+        if self._map is None or len(self._map) < size:
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(-1, size)
+        return memoryview(self._map)[:size]
+
+    def done(self) -> None:
+        m = self._map
+        if m is not None and len(m) > self.RELEASE_ABOVE:
+            m.madvise(mmap.MADV_DONTNEED, self.RELEASE_ABOVE, len(m) - self.RELEASE_ABOVE)
+
+
+_SCRATCH = _Scratch()
 
 
 def _invalid(message: str, index: int | None = None) -> BatchRejected:
@@ -141,7 +179,7 @@ def validate_batch(
     policy: TimestampPolicy = DEFAULT_POLICY,
     now_ms: int = 0,
     *,
-    max_uncompressed: int = 64 << 20,
+    max_uncompressed: int = MIN_DECOMPRESSED_BOUND,
 ) -> BatchHeader:
     """Check one framed v2 batch (see the module doc). Returns the header to append:
     ``hdr`` itself, or a copy with the recomputed ``maxTimestamp`` (the batch bytes were
@@ -152,11 +190,17 @@ def validate_batch(
     body = view[BATCH_HEADER_SIZE : hdr.size]
     codec = hdr.attributes & COMPRESSION_MASK
     if codec:
+        out = _SCRATCH.get(max_uncompressed)
         try:
-            body = memoryview(decompress(codec, body, max_size=max_uncompressed))
+            n = decompress_into(codec, body, out)
+            lo, hi = scan_records(out[:n], hdr.record_count)
         except KafkaProtocolError as exc:
             raise BatchRejected(exc.code, exc.message or "cannot decompress") from None
-    lo, hi = scan_records(body, hdr.record_count)
+        finally:
+            out.release()
+            _SCRATCH.done()
+    else:
+        lo, hi = scan_records(body, hdr.record_count)
     if policy.log_append_time:
         return hdr  # the caller stamps the batch with the append time
     first, last = hdr.base_timestamp + lo, hdr.base_timestamp + hi

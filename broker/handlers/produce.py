@@ -44,7 +44,13 @@ from protocol.produce_fast import (
     decode_produce,
     encode_produce_response,
 )
-from protocol.validate import BatchRejected, TimestampPolicy, check_header, validate_batch
+from protocol.validate import (
+    BatchRejected,
+    TimestampPolicy,
+    check_header,
+    decompressed_bound,
+    validate_batch,
+)
 
 
 @dataclass(slots=True)
@@ -93,7 +99,8 @@ def _validate(
     for i, (hdr, view) in enumerate(batches):
         try:
             if full:
-                hdr = validate_batch(hdr, view, policy, now, max_uncompressed=max_bytes * 4)
+                bound = decompressed_bound(max_bytes)
+                hdr = validate_batch(hdr, view, policy, now, max_uncompressed=bound)
             else:  # benchmark switch: the pre-issue-16 header checks only
                 if not verify_crc(view, hdr):
                     raise BatchRejected(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
