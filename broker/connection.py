@@ -208,6 +208,11 @@ class Connection(asyncio.BufferedProtocol):
         if rest and pos:
             data[:rest] = data[pos:end]
         self._filled = rest
+        if self._frame is None:  # a partial frame in the scratch buffer has a deadline too
+            if not rest:
+                self._cancel_read_timer()
+            elif pos or self._read_timer is None:  # a new partial frame
+                self._arm_read_timer()
 
     def memory_granted(self) -> None:
         """The broker reserved the frame this connection waited for: start receiving it."""
@@ -240,7 +245,7 @@ class Connection(asyncio.BufferedProtocol):
     def _arm_read_timer(self) -> None:
         self._cancel_read_timer()
         timeout = self.broker.config.request_read_timeout_ms
-        if timeout > 0 and self._frame is not None and not self._reading_stopped():
+        if timeout > 0 and self._partial() and not self._reading_stopped():
             loop = asyncio.get_running_loop()
             self._read_timer = loop.call_later(timeout / 1000, self._read_timed_out)
 
@@ -249,15 +254,24 @@ class Connection(asyncio.BufferedProtocol):
             self._read_timer.cancel()
             self._read_timer = None
 
+    def _partial(self) -> bool:
+        """Part of a frame (or of its length) has arrived, the rest has not."""
+        return self._frame is not None or self._filled > 0
+
     def _read_timed_out(self) -> None:
         self._read_timer = None
-        if self._frame is None or self._closed:
+        if not self._partial() or self._closed:
             return
+        if self._frame is not None:
+            size = self._frame_size
+        else:
+            size = int.from_bytes(self._scratch[:4], "big") if self._filled >= 4 else -1
+        got = self._frame_pos if self._frame is not None else self._filled
         log.warning(
-            "closing %s: frame of %d bytes incomplete (%d received) after %d ms",
+            "closing %s: frame incomplete (announced %d bytes, %d received) after %d ms",
             self.peer,
-            self._frame_size,
-            self._frame_pos,
+            size,
+            got,
             self.broker.config.request_read_timeout_ms,
         )
         self.close()
@@ -300,7 +314,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._transport_paused:
                 self._transport_paused = False
                 self.transport.resume_reading()
-            if self._frame is not None and self._read_timer is None:
+            if self._partial() and self._read_timer is None:
                 self._arm_read_timer()
 
     @property

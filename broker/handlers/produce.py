@@ -31,6 +31,7 @@ from protocol.batch import (
     BatchHeader,
     CorruptBatchError,
     iter_batches,
+    read_header,
     set_log_append_time,
     verify_crc,
 )
@@ -150,6 +151,7 @@ def _append(
     for i, (hdr, view) in enumerate(batches):
         if append_time:
             set_log_append_time(view, now)
+            hdr = read_header(view)  # the stamped maxTimestamp, not the producer's
         res = lg.append(hdr, view)
         if res.error != ErrorCode.NONE:
             out.error = res.error

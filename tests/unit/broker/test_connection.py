@@ -304,11 +304,38 @@ async def test_frame_grows_to_its_size_and_is_served(broker: Broker) -> None:
         c.close()
 
 
-async def test_stalled_frame_closes_the_connection(broker: Broker) -> None:
+@pytest.mark.parametrize(
+    "partial",
+    [
+        struct.pack(">i", 1 << 20) + b"z" * 100,  # a large frame: its own buffer
+        struct.pack(">i", 1000) + b"z" * 10,  # a small one: waits in the scratch buffer
+        b"\x00\x00",  # half a length
+    ],
+)
+async def test_stalled_frame_closes_the_connection(broker: Broker, partial: bytes) -> None:
     c = await connect(broker)
     try:
-        c.w.write(struct.pack(">i", 1 << 20) + b"z" * 100)
+        assert await c.alive()  # a complete request first: the deadline is per frame
+        c.w.write(partial)
         assert await asyncio.wait_for(c.r.read(), WAIT) == b""  # closed by the broker
     finally:
         c.close()
-    await _until(lambda: broker.frame_bytes == 0)
+    await _until(lambda: broker.frame_bytes == 0 and not broker.connections)
+
+
+async def test_a_slow_but_complete_frame_is_served(broker: Broker) -> None:
+    """Progress in pieces well within the deadline: the request is answered."""
+    c = await connect(broker)
+    try:
+        req = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        body = struct.pack(">hhih", 18, 3, 99, 1) + b"c" + b"\x00" + bytes(req.encode(version=3))
+        frame = struct.pack(">i", len(body)) + body
+        for i in range(0, len(frame), 3):
+            c.w.write(frame[i : i + 3])
+            await c.w.drain()
+            await asyncio.sleep(0.01)
+        size = struct.unpack(">i", await asyncio.wait_for(c.r.readexactly(4), WAIT))[0]
+        data = await asyncio.wait_for(c.r.readexactly(size), WAIT)
+        assert struct.unpack_from(">i", data)[0] == 99
+    finally:
+        c.close()
