@@ -213,7 +213,7 @@ def mutated_batches(draw: st.DrawFn) -> bytearray:
     batch = bytearray(build_batch(recs, compression=codec, timestamps=[TS0 + t for t in stamps]))
     for _ in range(draw(st.integers(0, 3))):
         kind = draw(st.sampled_from(["flip", "count", "delta", "maxts", "len"]))
-        if kind == "flip":
+        if kind == "flip" and len(batch) > BATCH_HEADER_SIZE:
             pos = draw(st.integers(BATCH_HEADER_SIZE, len(batch) - 1))
             batch[pos] ^= draw(st.integers(1, 255))
         elif kind == "count":
@@ -222,7 +222,7 @@ def mutated_batches(draw: st.DrawFn) -> bytearray:
             struct.pack_into(">i", batch, 23, draw(st.integers(-2, 1 << 20)))
         elif kind == "maxts":
             struct.pack_into(">q", batch, 35, draw(st.sampled_from([-1, 0, TS0])))
-        else:
+        elif kind == "len":
             cut = draw(st.integers(BATCH_HEADER_SIZE, len(batch)))
             del batch[cut:]
             struct.pack_into(">i", batch, 8, len(batch) - 12)
