@@ -41,11 +41,7 @@ from protocol.batch import (
 )
 from protocol.compression import decompress_into
 from protocol.errors import ErrorCode, KafkaProtocolError
-
-try:
-    from protocol import _fastrecords as _native
-except ImportError:  # pragma: no cover - the extension is optional
-    _native = None  # type: ignore[assignment]
+from protocol.fastrecords import _native  # None without the C extension (or pure Python)
 
 LONG_MAX = (1 << 63) - 1
 NO_TIMESTAMP = -1
@@ -153,7 +149,8 @@ def scan_records(section: bytes | bytearray | memoryview, count: int) -> tuple[i
     with offset deltas 0..count-1; raises BatchRejected(INVALID_RECORD) otherwise."""
     if _native is not None:
         try:
-            return _native.scan(section, count)
+            lo, hi = _native.scan(section, count)
+            return int(lo), int(hi)
         except _native.CorruptRecords as exc:
             message, index = exc.args
             raise _invalid(str(message), int(index) if index < count else None) from None
@@ -161,12 +158,15 @@ def scan_records(section: bytes | bytearray | memoryview, count: int) -> tuple[i
 
 
 def _scan_python(data: bytes, count: int) -> tuple[int, int]:
+    """:func:`scan_records` without the C extension (slower; same verdicts)."""
     from protocol.records import _decode_records
 
+    if count <= 0:
+        raise _invalid("record count must be positive")
     hdr = BatchHeader(0, 0, 0, 2, 0, 0, count - 1, 0, 0, -1, -1, -1, count)
     try:
         offsets, stamps, _k, _v, _h = _decode_records(data, hdr, "replace")
-    except (IndexError, ValueError, struct.error) as exc:
+    except (IndexError, ValueError, struct.error, KafkaProtocolError) as exc:
         raise _invalid(f"malformed records: {exc}") from None
     if offsets != list(range(count)):
         raise _invalid("record offset deltas are not 0..count-1")

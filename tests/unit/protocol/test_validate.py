@@ -249,3 +249,22 @@ def test_accepted_batches_decode_fully(batch: bytearray) -> None:
     cols = Columns("t", 0)  # the ingest job's own entry point, CRC check included
     assert decode_batch_into(cols, hdr, buf, 0, 1 << 62) == hdr.record_count
     assert cols.to_table().column("offset").to_pylist() == list(range(hdr.record_count))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=mutated_batches())
+def test_pure_python_scan_agrees_with_the_native_one(batch: bytearray) -> None:
+    """Without the C extension the broker reaches the same verdicts."""
+    if v._native is None:
+        pytest.skip("protocol._fastrecords not built")
+    hdr = read_header(batch)
+    if hdr.compression or hdr.size > len(batch) or hdr.record_count > 10_000:
+        return
+    section = bytes(batch[BATCH_HEADER_SIZE : hdr.size])
+    verdicts = []
+    for scan in (v.scan_records, v._scan_python):
+        try:
+            verdicts.append(scan(section, hdr.record_count))
+        except v.BatchRejected as exc:
+            verdicts.append(exc.code)
+    assert verdicts[0] == verdicts[1]
