@@ -38,6 +38,7 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from broker.frames import PartialFrames
 from broker.handlers import REGISTRY, Encoded, RequestContext
 from protocol.codec import (
     api_versions_fallback,
@@ -53,12 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ZEROS = bytes(1 << 20)  # growth source for frame buffers (no temporary per extension)
-_ZEROS_VIEW = memoryview(_ZEROS)
 _logged_failures: set[tuple[int, str]] = set()
 
 SCRATCH = 256 * 1024
-FIRST_CHUNK = 256 * 1024  # a frame's buffer starts at most this big, then doubles
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
 API_VERSIONS = 18
 
@@ -72,7 +70,7 @@ class _Raw:
         self.buffers = buffers
 
 
-class Connection(asyncio.BufferedProtocol):
+class Connection(PartialFrames, asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.transport: asyncio.Transport | None = None
@@ -152,20 +150,6 @@ class Connection(asyncio.BufferedProtocol):
             return memoryview(frame)[self._frame_pos :]
         return self._scratch_view[self._filled :]
 
-    def _grow(self, frame: bytearray) -> bytearray:
-        """Double the partial frame's buffer (never past its announced size)."""
-        extra = min(self._frame_size, max(2 * len(frame), FIRST_CHUNK)) - len(frame)
-        try:
-            while extra > 0:
-                step = min(extra, len(_ZEROS))
-                frame += _ZEROS_VIEW[:step]
-                extra -= step
-        except BufferError:  # still exported somewhere: move it to a new buffer
-            grown = bytearray(len(frame) + extra)
-            grown[: self._frame_pos] = frame[: self._frame_pos]
-            self._frame = frame = grown
-        return frame
-
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._frame_pos += nbytes
@@ -222,59 +206,6 @@ class Connection(asyncio.BufferedProtocol):
         self._start_frame(size, self._scratch_view[4 : self._filled])
         self._filled = 0
         self._resume_reading()
-
-    def _start_frame(self, size: int, head: memoryview) -> None:
-        have = len(head)
-        frame = bytearray(min(size, max(2 * have, FIRST_CHUNK)))
-        frame[:have] = head
-        self._frame, self._frame_pos, self._frame_size = frame, have, size
-        self._arm_read_timer()
-
-    def _frame_done(self) -> None:
-        self._cancel_read_timer()
-        self._frame_size = 0
-        self.broker.release_frame(self)
-
-    def _drop_partial(self) -> None:
-        self._cancel_read_timer()
-        self._frame = None
-        self.waiting_for_memory = 0
-        self.broker.release_frame(self)
-
-    # -- read deadline ------------------------------------------------------------------
-    def _arm_read_timer(self) -> None:
-        self._cancel_read_timer()
-        timeout = self.broker.config.request_read_timeout_ms
-        if timeout > 0 and self._partial() and not self._reading_stopped():
-            loop = asyncio.get_running_loop()
-            self._read_timer = loop.call_later(timeout / 1000, self._read_timed_out)
-
-    def _cancel_read_timer(self) -> None:
-        if self._read_timer is not None:
-            self._read_timer.cancel()
-            self._read_timer = None
-
-    def _partial(self) -> bool:
-        """Part of a frame (or of its length) has arrived, the rest has not."""
-        return self._frame is not None or self._filled > 0
-
-    def _read_timed_out(self) -> None:
-        self._read_timer = None
-        if not self._partial() or self._closed:
-            return
-        if self._frame is not None:
-            size = self._frame_size
-        else:
-            size = int.from_bytes(self._scratch[:4], "big") if self._filled >= 4 else -1
-        got = self._frame_pos if self._frame is not None else self._filled
-        log.warning(
-            "closing %s: frame incomplete (announced %d bytes, %d received) after %d ms",
-            self.peer,
-            size,
-            got,
-            self.broker.config.request_read_timeout_ms,
-        )
-        self.close()
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)

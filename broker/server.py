@@ -14,6 +14,7 @@ from typing import Any
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
+from broker.frames import PartialFrames
 from broker.handlers import load_all
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
@@ -69,7 +70,7 @@ class Broker:
         self.connections: set[Connection] = set()
         self.inflight = 0
         self.frame_bytes = 0  # announced bytes of partially received frames (reserved)
-        self._frame_waiters: deque[Connection] = deque()
+        self._frame_waiters: deque[PartialFrames] = deque()
         self._server: asyncio.Server | None = None
         self._http: Any = None
         self.started = asyncio.Event()
@@ -91,7 +92,7 @@ class Broker:
                     c.resume()
 
     # -- partial-frame budget (--queued-max-request-bytes, issue 16) ---------------------
-    def reserve_frame(self, conn: Connection, size: int) -> bool:
+    def reserve_frame(self, conn: PartialFrames, size: int) -> bool:
         """Reserve ``size`` bytes for the frame ``conn`` starts receiving. False: no room,
         ``conn`` waits (FIFO) and gets :meth:`Connection.memory_granted` later. A frame
         larger than the whole budget proceeds when nothing else is reserved."""
@@ -106,11 +107,11 @@ class Broker:
             self.frame_bytes == 0 or self.frame_bytes + size <= self.config.queued_max_request_bytes
         )
 
-    def _grant(self, conn: Connection, size: int) -> None:
+    def _grant(self, conn: PartialFrames, size: int) -> None:
         conn.reserved = size
         self.frame_bytes += size
 
-    def release_frame(self, conn: Connection) -> None:
+    def release_frame(self, conn: PartialFrames) -> None:
         """``conn``'s frame completed or was dropped: return its reservation, let waiters in."""
         if conn.reserved:
             self.frame_bytes -= conn.reserved
