@@ -43,6 +43,9 @@ from protocol.compression import decompress_into
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.fastrecords import _native  # None without the C extension (or pure Python)
 
+# an extension built before ``scan`` existed (not rebuilt yet) still decodes; scan in Python
+_native_scan = getattr(_native, "scan", None)
+
 LONG_MAX = (1 << 63) - 1
 NO_TIMESTAMP = -1
 
@@ -147,9 +150,10 @@ def check_header(hdr: BatchHeader) -> None:
 def scan_records(section: bytes | bytearray | memoryview, count: int) -> tuple[int, int]:
     """(min, max) timestamp delta of a records section holding exactly ``count`` records
     with offset deltas 0..count-1; raises BatchRejected(INVALID_RECORD) otherwise."""
-    if _native is not None:
+    if _native_scan is not None:
+        assert _native is not None
         try:
-            lo, hi = _native.scan(section, count)
+            lo, hi = _native_scan(section, count)
             return int(lo), int(hi)
         except _native.CorruptRecords as exc:
             message, index = exc.args
@@ -169,7 +173,8 @@ def _scan_python(data: bytes, count: int) -> tuple[int, int]:
     except (IndexError, ValueError, struct.error, KafkaProtocolError) as exc:
         raise _invalid(f"malformed records: {exc}") from None
     if offsets != list(range(count)):
-        raise _invalid("record offset deltas are not 0..count-1")
+        bad = next(i for i, off in enumerate(offsets) if off != i)
+        raise _invalid("record offset delta does not match its position in the batch", bad)
     return min(stamps), max(stamps)
 
 
