@@ -107,7 +107,10 @@ class _Scratch:
     def get(self, size: int) -> memoryview:
         if self._map is None or len(self._map) < size:
             if self._map is not None:
-                self._map.close()
+                try:
+                    self._map.close()
+                except BufferError:  # a view still alive somewhere: let GC unmap it
+                    pass
             self._map = mmap.mmap(-1, size)
         return memoryview(self._map)[:size]
 
