@@ -114,9 +114,10 @@ class _Scratch:
             self._map = mmap.mmap(-1, size)
         return memoryview(self._map)[:size]
 
-    def done(self) -> None:
+    def done(self, used: int) -> None:
+        """``used`` bytes were written: give back the pages past RELEASE_ABOVE, if any."""
         m = self._map
-        if m is not None and len(m) > self.RELEASE_ABOVE:
+        if m is not None and used > self.RELEASE_ABOVE:
             m.madvise(mmap.MADV_DONTNEED, self.RELEASE_ABOVE, len(m) - self.RELEASE_ABOVE)
 
 
@@ -199,6 +200,7 @@ def validate_batch(
     codec = hdr.attributes & COMPRESSION_MASK
     if codec:
         out = _SCRATCH.get(max_uncompressed)
+        n = len(out)  # a failed decompression may have written up to all of it
         try:
             n = decompress_into(codec, body, out)
             lo, hi = scan_records(out[:n], hdr.record_count)
@@ -206,7 +208,7 @@ def validate_batch(
             raise BatchRejected(exc.code, exc.message or "cannot decompress") from None
         finally:
             out.release()
-            _SCRATCH.done()
+            _SCRATCH.done(n)
     else:
         lo, hi = scan_records(body, hdr.record_count)
     if policy.log_append_time:
