@@ -24,9 +24,11 @@ within ``--request-read-timeout-ms`` of its length (the clock stops while the br
 itself is not reading the connection), or the connection is closed.
 
 Handler failures: a request that decodes always gets an answer. A handler that raises
-gets ``protocol.codec.error_response`` (UNKNOWN_SERVER_ERROR where the response has a
-top-level error code, empty results otherwise); each (API, exception type) is logged with
-its traceback once, then at DEBUG.
+(a bug) gets ``protocol.codec.error_response`` (UNKNOWN_SERVER_ERROR where the response
+has a top-level error code, empty results otherwise); each (API, exception type) is logged
+with its traceback once, then at DEBUG. The exception: the metadata or object store being
+unavailable (``UNAVAILABLE``) closes the connection, so that clients reconnect and retry
+instead of failing their records.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.frames import PartialFrames
 from broker.handlers import REGISTRY, Encoded, RequestContext
+from broker.meta.base import MetaStoreError
 from protocol.codec import (
     api_versions_fallback,
     decode_request,
@@ -48,6 +51,7 @@ from protocol.codec import (
 )
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import RequestHeader, parse_request_header
+from segments.store import StoreError
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -55,6 +59,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _logged_failures: set[tuple[int, str]] = set()
+
+#: failures of what the broker depends on (metadata store, object store, network), not
+#: of the request or the handler: the connection is closed as before, and clients
+#: reconnect and retry (an empty or UNKNOWN_SERVER_ERROR answer would fail their
+#: produce for good)
+UNAVAILABLE: tuple[type[BaseException], ...] = (MetaStoreError, StoreError, OSError)
 
 SCRATCH = 256 * 1024
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
@@ -315,6 +325,8 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         ctx = RequestContext(self.broker, hdr, self.peer)
         try:
             result = await api.handle(ctx, request)
+        except UNAVAILABLE:
+            raise  # closes the connection: clients reconnect and retry (see the module doc)
         except Exception as exc:  # a handler bug: answer, keep the connection
             _handler_failed(hdr, exc)
             return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
@@ -340,6 +352,10 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                 if isinstance(item, asyncio.Future):
                     item = await item
                 bufs = self._encode(hdr, item)
+            except UNAVAILABLE:
+                log.exception("closing %s: request failed", self.peer)
+                self.close()
+                return
             except Exception as exc:  # a deferred handler or an encoder failed
                 _handler_failed(hdr, exc)
                 try:

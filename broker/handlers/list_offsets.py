@@ -17,10 +17,12 @@ from kafka.protocol.consumer import ListOffsetsResponse
 
 from broker.handlers.registry import RequestContext, api
 from broker.logs import LogManager
+from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.records import decode_batch
 from segments.format import iter_segment_batches
+from segments.store import StoreError
 
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Part = _Topic.ListOffsetsPartitionResponse
@@ -81,6 +83,13 @@ async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: in
     except KafkaProtocolError as exc:
         return _Part(
             partition_index=p.partition_index, error_code=int(exc.code), offset=-1, timestamp=-1
+        )
+    except (MetaStoreError, StoreError) as exc:  # retriable for the client
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if isinstance(exc, StoreError):
+            code = ErrorCode.KAFKA_STORAGE_ERROR
+        return _Part(
+            partition_index=p.partition_index, error_code=int(code), offset=-1, timestamp=-1
         )
     if version == 0:
         olds = [offset] if offset >= 0 and getattr(p, "max_num_offsets", 1) > 0 else []

@@ -20,11 +20,13 @@ REQUEST_TIMED_OUT (the commit may still land; idempotent retries are deduplicate
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from broker.handlers.registry import Encoded, RequestContext, api
+from broker.meta.base import MetaStoreError
 from broker.partition import AppendError, PartitionLog
 from broker.topics import TopicInfo, is_valid_topic_name
 from protocol.batch import (
@@ -52,6 +54,8 @@ from protocol.validate import (
     decompressed_bound,
     validate_batch,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -179,6 +183,9 @@ async def _partition(
         lg = await ctx.broker.logs.get(name, part.index)
     except KafkaProtocolError as exc:
         return _Outcome(part.index, exc.code)
+    except MetaStoreError as exc:  # e.g. our lease is gone: not the leader, retriable
+        log.warning("%s-%d unavailable: %s", name, part.index, exc)
+        return _Outcome(part.index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     return _append(ctx, lg, info, part)
 
 
