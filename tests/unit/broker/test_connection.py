@@ -250,6 +250,33 @@ async def test_handler_failure_answers_unknown_server_error(broker: Broker) -> N
         c.close()
 
 
+async def test_store_unavailable_closes_so_clients_retry(broker: Broker) -> None:
+    """The metadata store failing under a handler is not a handler bug: the connection is
+    closed (as a client sees a broker restart) rather than answered with an error that
+    would fail the client's records for good."""
+    from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+
+    from broker.meta.base import MetaStoreError
+
+    async def unavailable(ctx: Any, request: Any) -> Any:
+        raise MetaStoreError("etcd unavailable")
+
+    real = REGISTRY[60]
+    REGISTRY[60] = ApiHandler(real.key, real.min_version, real.max_version, unavailable, None)
+    c = await connect(broker)
+    try:
+        with pytest.raises(asyncio.IncompleteReadError):
+            await c.call(DescribeClusterRequest(), DescribeClusterResponse, 0)
+    finally:
+        REGISTRY[60] = real
+        c.close()
+    other = await connect(broker)
+    try:
+        assert await other.alive()
+    finally:
+        other.close()
+
+
 def _conns(b: Broker) -> list[Connection]:
     return list(b.connections)
 
