@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.frames import PartialFrames
 from broker.handlers import REGISTRY, Encoded, RequestContext
+from broker.handlers.registry import handler_failed
 from broker.meta.base import MetaStoreError
 from protocol.codec import (
     api_versions_fallback,
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_logged_failures: set[tuple[int, str]] = set()
 
 #: failures of what the broker depends on (metadata store, object store, network), not
 #: of the request or the handler: the connection is closed as before, and clients
@@ -328,7 +328,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         except UNAVAILABLE:
             raise  # closes the connection: clients reconnect and retry (see the module doc)
         except Exception as exc:  # a handler bug: answer, keep the connection
-            _handler_failed(hdr, exc)
+            handler_failed(hdr.api_key, hdr.api_version, exc)
             return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
         if inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
@@ -357,7 +357,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                 self.close()
                 return
             except Exception as exc:  # a deferred handler or an encoder failed
-                _handler_failed(hdr, exc)
+                handler_failed(hdr.api_key, hdr.api_version, exc)
                 try:
                     bufs = self._encode(
                         hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -402,19 +402,3 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             transport.write(b)
         if small:
             transport.write(b"".join(small) if len(small) > 1 else small[0])
-
-
-def _handler_failed(hdr: RequestHeader, exc: BaseException) -> None:
-    """Log a handler failure: with its traceback the first time per (API, exception
-    type), so one client repeating a bad request cannot flood the log."""
-    key = (hdr.api_key, type(exc).__name__)
-    if key in _logged_failures:
-        log.debug("API %d v%d failed again: %s", hdr.api_key, hdr.api_version, key[1])
-        return
-    _logged_failures.add(key)
-    log.error(
-        "API %d v%d handler failed; answered UNKNOWN_SERVER_ERROR",
-        hdr.api_key,
-        hdr.api_version,
-        exc_info=exc,
-    )

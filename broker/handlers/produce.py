@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from broker.handlers.registry import Encoded, RequestContext, api
+from broker.handlers.registry import Encoded, RequestContext, api, handler_failed
 from broker.meta.base import MetaStoreError
 from broker.partition import AppendError, PartitionLog
 from broker.topics import TopicInfo, is_valid_topic_name
@@ -186,7 +186,11 @@ async def _partition(
     except MetaStoreError as exc:  # e.g. our lease is gone: not the leader, retriable
         log.warning("%s-%d unavailable: %s", name, part.index, exc)
         return _Outcome(part.index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    return _append(ctx, lg, info, part)
+    try:
+        return _append(ctx, lg, info, part)
+    except Exception as exc:  # a bug: this partition fails, the others are answered
+        handler_failed(0, ctx.header.api_version, exc)
+        return _Outcome(part.index, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 @api(0, 0, 11, decode=_decode)

@@ -119,7 +119,7 @@ async def _call(
 async def test_every_api_and_version_answers_edge_requests(
     broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="broker.connection")
+    caplog.set_level(logging.WARNING)
     r, w = await asyncio.open_connection("127.0.0.1", broker.port)
     cid = 0
     answered = []
