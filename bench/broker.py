@@ -43,7 +43,7 @@ MSG_SIZE = 1024
 MB = 1_000_000
 MIB = 1 << 20
 WORKER_TIMEOUT = 300.0
-TARGETS = ("local", "s3", "mock")
+TARGETS = ("local", "noval", "s3", "mock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,7 @@ class Plan:
     paced_rate: int  # msg/s of the paced latency run
     paced_seconds: float
     partitions: int
+    compression: str = "none"  # producers' compression.type
 
 
 QUICK = Plan(messages=60_000, paced_rate=2_000, paced_seconds=3.0, partitions=1)
@@ -101,11 +102,15 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
             "linger.ms": 5,
             "message.timeout.ms": int(WORKER_TIMEOUT * 1000),
             "log_level": 3,
+            "compression.type": spec.get("compression", "none"),
         }
     )
     topic, count, rate = spec["topic"], int(spec["messages"]), float(spec.get("rate", 0))
     partitions = int(spec["partitions"])
-    payload = os.urandom(int(spec["size"]))
+    size = int(spec["size"])
+    payload = os.urandom(size)
+    if spec.get("compression", "none") != "none":  # half random: compressible ~2:1
+        payload = payload[: size // 2] + bytes(size - size // 2)
     producer.produce(topic, payload, partition=0)  # connect (and get a producer id) first
     producer.flush(30)
     latencies.clear()
@@ -320,11 +325,14 @@ def _scrape(url: str) -> dict[str, float]:
 def broker_target(
     name: str, workdir: Path, store_url: str | None, limits: BrokerLimits, extra: list[str]
 ) -> Iterator[Target]:
+    """A broker process; target ``noval`` runs it without full produce validation
+    (``bench.noval_broker``: the internal ``BrokerConfig.validate_records`` switched off)."""
     from tests.fixtures.broker import free_port, start_broker
 
     http = free_port()
     args = ["--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args(), *extra]
-    broker = start_broker(workdir, store_url=store_url, extra_args=tuple(args))
+    module = "bench.noval_broker" if name == "noval" else "broker.cli"
+    broker = start_broker(workdir, store_url=store_url, extra_args=tuple(args), module=module)
     try:
         yield Target(
             name,
@@ -413,7 +421,8 @@ def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, An
     topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced")}
     if target.name != "mock":
         create_topics(target.bootstrap, list(topics.values()), plan.partitions)
-    base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions}
+    base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
+            "compression": plan.compression}  # fmt: skip
     specs: dict[str, dict[str, Any]] = {
         "produce": {"kind": "produce", "topic": topics["produce"], "messages": plan.messages,
                     "idempotence": False},
@@ -590,10 +599,12 @@ def _memory_line(name: str, mem: dict[str, Any] | None) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.broker", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="~1 minute run (smaller volumes)")
-    p.add_argument("--targets", default=",".join(TARGETS), help="subset of local,s3,mock")
+    p.add_argument("--targets", default="local,s3,mock", help="subset of local,noval,s3,mock")
     p.add_argument("--messages", type=int, help="messages per full-speed run")
     p.add_argument("--rounds", type=int, help="rounds (median kept); default 1 quick, 3 full")
     p.add_argument("--partitions", type=int, help="partitions per topic (default 1)")
+    p.add_argument("--compression", default="none",
+                   help="producers' compression.type (values then half random)")  # fmt: skip
     p.add_argument("--cache-bytes", type=int, default=64 * MIB)
     p.add_argument("--broker-inflight-bytes", type=int,
                    default=64 * MIB)  # fmt: skip
@@ -625,9 +636,8 @@ def _open_target(
         return stack.enter_context(
             s3_target(workdir / "s3", limits, [*args.broker_arg, *args.s3_arg])
         )
-    return stack.enter_context(
-        broker_target("local", workdir / "local", None, limits, [*args.broker_arg, *args.local_arg])
-    )
+    extra = [*args.broker_arg, *args.local_arg]
+    return stack.enter_context(broker_target(name, workdir / name, None, limits, extra))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -638,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     plan = Plan(
         args.messages or plan.messages, plan.paced_rate, plan.paced_seconds,
-        args.partitions or plan.partitions,
+        args.partitions or plan.partitions, args.compression,
     )  # fmt: skip
     if not 1 <= plan.partitions <= 4:
         raise SystemExit("--partitions must be 1..4 (the mock cluster's topics have 4)")

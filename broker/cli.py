@@ -104,6 +104,18 @@ _BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "unanswered request bytes per broker before connections stop reading",
     ),
     ("max-request-bytes", "max_request_bytes", int, "largest request frame accepted"),
+    (
+        "queued-max-request-bytes",
+        "queued_max_request_bytes",
+        int,
+        "announced bytes of partially received frames per broker (default 268435456)",
+    ),
+    (
+        "request-read-timeout-ms",
+        "request_read_timeout_ms",
+        int,
+        "close a connection whose frame is incomplete this long after its length (default 60000)",
+    ),
     ("lease-ttl", "lease_ttl_s", int, "metadata lease TTL in seconds (default 10)"),
     (
         "group-min-session-timeout-ms",
@@ -231,11 +243,17 @@ def _run_broker(argv: list[str]) -> int:
 
 def _run_segments(argv: list[str]) -> int:
     if not argv or argv[0] != "inspect":
-        print("usage: kafscale segments inspect PATH|URL", file=sys.stderr)
+        print("usage: kafscale segments inspect PATH|URL [--verify]", file=sys.stderr)
         return 2
     from segments.inspect import main as inspect_main
 
     return inspect_main(argv[1:])
+
+
+def _run_partitions(argv: list[str]) -> int:
+    from broker.repair import main as repair_main
+
+    return repair_main(argv)
 
 
 def _run_groups(argv: list[str]) -> int:
@@ -254,6 +272,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "broker": _run_broker,
     "segments": _run_segments,
     "groups": _run_groups,
+    "partitions": _run_partitions,
     "ingest": _run_ingest,
 }
 
@@ -262,10 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(
-            "usage: kafscale {broker,groups,segments,ingest} ...\n\n"
+            "usage: kafscale {broker,groups,segments,partitions,ingest} ...\n\n"
             "  broker     run a broker (kafscale broker --help)\n"
             "  groups     list | describe GROUP | reset-offsets ... | delete GROUP\n"
-            "  segments   inspect PATH|URL\n"
+            "  segments   inspect PATH|URL [--verify]\n"
+            "  partitions truncate TOPIC PARTITION --to OFFSET [--execute]\n"
             "  ingest     turn committed segments into Iceberg tables",
             file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout,
         )

@@ -29,7 +29,14 @@ class BrokerConfig:
     flush_interval_ms: int = 5
     flush_concurrency: int = 16
     max_request_bytes: int = 100 * 1024 * 1024
+    # announced bytes of partially received frames, per broker (Kafka's
+    # queued.max.request.bytes); a frame waits for room before its bytes are read
+    queued_max_request_bytes: int = 256 * 1024 * 1024
+    request_read_timeout_ms: int = 60_000  # a frame must be complete this long after its length
     max_message_bytes: int = 16 * 1024 * 1024
+    # Full produce validation (protocol.validate); an internal switch for bench/broker.py
+    # to measure its cost, deliberately not a flag: without it a client can poison a log.
+    validate_records: bool = True
     connection_inflight_bytes: int = 64 * 1024 * 1024
     broker_inflight_bytes: int = 512 * 1024 * 1024
     # read path (DESIGN §7)

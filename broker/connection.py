@@ -13,6 +13,22 @@ request is read at once. The writer sends responses strictly in request order.
 Admission control: the bytes of frames read but not yet answered are counted per
 connection and per broker; past either limit the connection stops reading (TCP pushes
 back on the client) until responses go out.
+
+Memory before a frame arrives (issue 16): a frame's announced length is checked against
+``--max-request-bytes`` as soon as it is read, then *reserved* against the broker-wide
+``--queued-max-request-bytes`` budget (Kafka's queued.max.request.bytes); without room
+the connection stops reading until other frames complete. The reservation is only an
+account: the frame's buffer starts small and doubles as its bytes arrive, so a client
+that announces 100 MiB and sends nothing costs a few KiB. A frame must be complete
+within ``--request-read-timeout-ms`` of its length (the clock stops while the broker
+itself is not reading the connection), or the connection is closed.
+
+Handler failures: a request that decodes always gets an answer. A handler that raises
+(a bug) gets ``protocol.codec.error_response`` (UNKNOWN_SERVER_ERROR where the response
+has a top-level error code, empty results otherwise); each (API, exception type) is logged
+with its traceback once, then at DEBUG. The exception: the metadata or object store being
+unavailable (``UNAVAILABLE``) closes the connection, so that clients reconnect and retry
+instead of failing their records.
 """
 
 from __future__ import annotations
@@ -24,15 +40,31 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from broker.frames import PartialFrames
 from broker.handlers import REGISTRY, Encoded, RequestContext
-from protocol.codec import api_versions_fallback, decode_request, encode_response
+from broker.handlers.registry import handler_failed
+from broker.meta.base import MetaStoreError
+from protocol.codec import (
+    api_versions_fallback,
+    decode_request,
+    encode_response,
+    error_response,
+)
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import RequestHeader, parse_request_header
+from segments.store import StoreError
 
 if TYPE_CHECKING:
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
+
+
+#: failures of what the broker depends on (metadata store, object store, network), not
+#: of the request or the handler: the connection is closed as before, and clients
+#: reconnect and retry (an empty or UNKNOWN_SERVER_ERROR answer would fail their
+#: produce for good)
+UNAVAILABLE: tuple[type[BaseException], ...] = (MetaStoreError, StoreError, OSError)
 
 SCRATCH = 256 * 1024
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
@@ -48,7 +80,7 @@ class _Raw:
         self.buffers = buffers
 
 
-class Connection(asyncio.BufferedProtocol):
+class Connection(PartialFrames, asyncio.BufferedProtocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.transport: asyncio.Transport | None = None
@@ -58,6 +90,10 @@ class Connection(asyncio.BufferedProtocol):
         self._filled = 0
         self._frame: bytearray | None = None
         self._frame_pos = 0
+        self._frame_size = 0  # announced length of the frame being received
+        self.reserved = 0  # bytes of that frame reserved against the broker's budget
+        self.waiting_for_memory = 0  # a frame length that found no room (0: none)
+        self._read_timer: asyncio.TimerHandle | None = None
         self._frames: deque[bytearray] = deque()
         self._frames_ready = asyncio.Event()
         self._out: deque[tuple[RequestHeader, Any, int]] = deque()
@@ -65,7 +101,8 @@ class Connection(asyncio.BufferedProtocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.inflight = 0
-        self._paused = False
+        self._paused = False  # admission control (in-flight bytes)
+        self._transport_paused = False
         self._closed = False
         self._busy = False  # a request is being handled
         self._draining = False  # the peer hung up: finish the requests it already sent
@@ -92,6 +129,7 @@ class Connection(asyncio.BufferedProtocol):
         peer_closed = not self._closed
         self._closed = True
         self.broker.connections.discard(self)
+        self._drop_partial()
         if peer_closed and (self._busy or self._frames) and len(self._tasks) == 2:
             # Requests the peer sent before hanging up still take effect (an acks=0
             # produce has no other way to); nobody is left to answer them. The process
@@ -115,15 +153,19 @@ class Connection(asyncio.BufferedProtocol):
         self._can_write.set()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._frame_pos :]
+        frame = self._frame
+        if frame is not None:
+            if self._frame_pos == len(frame):
+                frame = self._grow(frame)
+            return memoryview(frame)[self._frame_pos :]
         return self._scratch_view[self._filled :]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._frame_pos += nbytes
-            if self._frame_pos == len(self._frame):
+            if self._frame_pos == self._frame_size:
                 frame, self._frame = self._frame, None
+                self._frame_done()
                 self._deliver(frame)
             return
         self._filled += nbytes
@@ -136,7 +178,7 @@ class Connection(asyncio.BufferedProtocol):
     def _split_scratch(self) -> None:
         data, end, pos = self._scratch, self._filled, 0
         limit = self.broker.config.max_request_bytes
-        while end - pos >= 4:
+        while end - pos >= 4 and not self._closed:
             size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
                 log.warning("closing %s: frame size %d outside 0..%d", self.peer, size, limit)
@@ -147,15 +189,33 @@ class Connection(asyncio.BufferedProtocol):
                 self._deliver(bytearray(self._scratch_view[pos + 4 : pos + 4 + size]))
                 pos += 4 + size
                 continue
-            frame = bytearray(size)
-            frame[:have] = self._scratch_view[pos + 4 : end]
-            self._frame, self._frame_pos = frame, have
+            if size <= SCRATCH - 4:  # it will fit: wait for the rest in the scratch
+                break
+            if not self.broker.reserve_frame(self, size):
+                self.waiting_for_memory = size  # the bytes stay in the scratch buffer
+                self._stop_reading()
+                break
+            self._start_frame(size, self._scratch_view[pos + 4 : end])
             pos = end
             break
         rest = end - pos
         if rest and pos:
             data[:rest] = data[pos:end]
         self._filled = rest
+        if self._frame is None:  # a partial frame in the scratch buffer has a deadline too
+            if not rest:
+                self._cancel_read_timer()
+            elif pos or self._read_timer is None:  # a new partial frame
+                self._arm_read_timer()
+
+    def memory_granted(self) -> None:
+        """The broker reserved the frame this connection waited for: start receiving it."""
+        size, self.waiting_for_memory = self.waiting_for_memory, 0
+        if self._closed or not size:
+            return
+        self._start_frame(size, self._scratch_view[4 : self._filled])
+        self._filled = 0
+        self._resume_reading()
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
@@ -166,12 +226,37 @@ class Connection(asyncio.BufferedProtocol):
     def pause(self) -> None:
         if not self._paused and self.transport is not None and not self._closed:
             self._paused = True
-            self.transport.pause_reading()
+            self._apply_reading()
 
     def resume(self) -> None:
         if self._paused and self.transport is not None and not self._closed:
             self._paused = False
-            self.transport.resume_reading()
+            self._apply_reading()
+
+    def _stop_reading(self) -> None:
+        self._apply_reading()
+
+    def _resume_reading(self) -> None:
+        self._apply_reading()
+
+    def _reading_stopped(self) -> bool:
+        return self._paused or bool(self.waiting_for_memory)
+
+    def _apply_reading(self) -> None:
+        """Pause the transport while in-flight bytes or the frame budget say so."""
+        if self.transport is None or self._closed:
+            return
+        if self._reading_stopped():
+            if not self._transport_paused:
+                self._transport_paused = True
+                self.transport.pause_reading()
+            self._cancel_read_timer()  # not the client's fault while we do not read
+        else:
+            if self._transport_paused:
+                self._transport_paused = False
+                self.transport.resume_reading()
+            if self._partial() and self._read_timer is None:
+                self._arm_read_timer()
 
     @property
     def paused(self) -> bool:
@@ -200,12 +285,12 @@ class Connection(asyncio.BufferedProtocol):
             self._busy = True
             try:
                 item = await self._dispatch(frame)
-            except KafkaProtocolError as exc:
+            except KafkaProtocolError as exc:  # the frame does not decode
                 log.warning("closing %s: %s", self.peer, exc)
                 self.close()
                 return
             except Exception:
-                log.exception("closing %s: handler failed", self.peer)
+                log.exception("closing %s: request failed", self.peer)
                 self.close()
                 return
             finally:
@@ -238,7 +323,13 @@ class Connection(asyncio.BufferedProtocol):
         else:
             request = decode_request(hdr.api_key, hdr.api_version, body)
         ctx = RequestContext(self.broker, hdr, self.peer)
-        result = await api.handle(ctx, request)
+        try:
+            result = await api.handle(ctx, request)
+        except UNAVAILABLE:
+            raise  # closes the connection: clients reconnect and retry (see the module doc)
+        except Exception as exc:  # a handler bug: answer, keep the connection
+            handler_failed(hdr.api_key, hdr.api_version, exc)
+            return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
         if inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
         elif result is None:
@@ -261,14 +352,20 @@ class Connection(asyncio.BufferedProtocol):
                 if isinstance(item, asyncio.Future):
                     item = await item
                 bufs = self._encode(hdr, item)
-            except KafkaProtocolError as exc:
-                log.warning("closing %s: %s", self.peer, exc)
+            except UNAVAILABLE:
+                log.exception("closing %s: request failed", self.peer)
                 self.close()
                 return
-            except Exception:
-                log.exception("closing %s: response failed", self.peer)
-                self.close()
-                return
+            except Exception as exc:  # a deferred handler or an encoder failed
+                handler_failed(hdr.api_key, hdr.api_version, exc)
+                try:
+                    bufs = self._encode(
+                        hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
+                    )
+                except Exception:
+                    log.exception("closing %s: response failed", self.peer)
+                    self.close()
+                    return
             self._answered(size)
             if bufs:
                 self._send(bufs)

@@ -437,8 +437,99 @@ done:
     return result;
 }
 
+/* One record of a records section being checked (scan): its offset delta must be
+ * ``index`` (records are numbered 0..count-1 within their batch) and its fields must fill
+ * its length exactly. Returns the timestamp delta in *ts_delta. */
+static int scan_record(Out *o, const uint8_t *p, Py_ssize_t n, Py_ssize_t *pos, int32_t index,
+                       int64_t *ts_delta)
+{
+    int64_t len, off_delta, klen, vlen;
+    if (read_varint(p, n, pos, &len) < 0)
+        return -1;
+    if (len < 1 || len > n - *pos)
+        FAIL("record length out of bounds");
+    Py_ssize_t rec_end = *pos + (Py_ssize_t)len;
+    *pos += 1; /* attributes (unused) */
+    if (read_varint(p, rec_end, pos, ts_delta) < 0 || read_varint(p, rec_end, pos, &off_delta) < 0)
+        return -1;
+    if (off_delta != index)
+        FAIL("record offset delta does not match its position in the batch");
+    if (read_bytes_field(p, rec_end, pos, &klen, "negative key length") < 0)
+        return -1;
+    if (klen > 0)
+        *pos += (Py_ssize_t)klen;
+    if (read_bytes_field(p, rec_end, pos, &vlen, "negative value length") < 0)
+        return -1;
+    if (vlen > 0)
+        *pos += (Py_ssize_t)vlen;
+    if (*pos < rec_end && p[*pos] == 0) {
+        *pos += 1;
+    } else if (headers(o, p, rec_end, pos, 0) < 0) {
+        return -1;
+    }
+    if (*pos != rec_end)
+        FAIL("record length does not match its fields");
+    return 0;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(records, count) -> (min_timestamp_delta, max_timestamp_delta)\n\n"
+"Check that the (decompressed) records section holds exactly ``count`` well-formed\n"
+"records whose offset deltas are 0..count-1, with no trailing bytes. Raises\n"
+"CorruptRecords(message, record_index) otherwise. Nothing is copied.");
+
+static PyObject *scan(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int count;
+    Out o;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*i", &view, &count))
+        return NULL;
+    memset(&o, 0, sizeof(o));
+    const uint8_t *p = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    int64_t lo = INT64_MAX, hi = INT64_MIN, ts_delta = 0;
+    int32_t r = 0;
+    err_msg = NULL;
+    if (count <= 0) {
+        err_msg = "record count must be positive";
+        goto fail;
+    }
+    for (; r < count; r++) {
+        if (pos >= n) {
+            err_msg = "fewer records than the batch header's record count";
+            goto fail;
+        }
+        if (scan_record(&o, p, n, &pos, r, &ts_delta) < 0)
+            goto fail;
+        if (ts_delta < lo)
+            lo = ts_delta;
+        if (ts_delta > hi)
+            hi = ts_delta;
+    }
+    if (pos != n) {
+        err_msg = "more record bytes than the batch header's record count";
+        r = count;
+        goto fail;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+fail:
+    PyBuffer_Release(&view);
+    if (err_msg != NULL) {
+        PyObject *exc = Py_BuildValue("(si)", err_msg, (int)r);
+        if (exc != NULL) {
+            PyErr_SetObject(CorruptRecords, exc);
+            Py_DECREF(exc);
+        }
+    }
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
+    {"scan", scan, METH_VARARGS, scan_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -135,7 +135,8 @@ def decode_request(api_key: int, version: int, body: memoryview) -> Any:
 
     Nullable arrays decode to ``None``: e.g. a Metadata v1+ request with a null topic list
     decodes to ``topics=None`` ("all topics"), an empty one to ``[]`` ("none"); Metadata
-    v0's empty list meaning "all topics" is the handler's business.
+    v0's empty list meaning "all topics" is the handler's business. A null sent for an
+    array the schema does not let be null decodes to ``[]``.
     """
     cls = request_class(api_key)
     if not 0 <= version <= cls.max_version:
@@ -154,7 +155,25 @@ def decode_request(api_key: int, version: int, body: memoryview) -> Any:
         ) from exc
     if pos > len(body):
         raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, f"API {api_key} v{version} truncated")
+    _empty_null_arrays(message, cls._struct._fields, version)
     return message
+
+
+def _empty_null_arrays(obj: Any, fields: Sequence[Any], version: int) -> None:
+    """Replace null arrays the schema does not allow to be null (at ``version``) with
+    empty ones, recursively: the wire can carry a null for any array, and a handler must
+    see what the schema promises. Arrays that may be null (Metadata's ``topics``: all
+    topics) stay ``None``."""
+    for f in fields:
+        if not f.is_array() or not f.for_version_q(version):
+            continue
+        value = getattr(obj, f.name, None)
+        if value is None:
+            if not f.nullable_for_version_q(version):
+                setattr(obj, f.name, [])
+        elif f.is_struct_array():
+            for item in value:
+                _empty_null_arrays(item, f._fields, version)
 
 
 def buffer_size(buf: Buffer) -> int:
@@ -203,3 +222,13 @@ def api_versions_fallback(
         size, correlation_id, int(ErrorCode.UNSUPPORTED_VERSION), len(api_keys)
     )
     return [head + entries]
+
+
+def error_response(api_key: int, code: ErrorCode) -> Any:
+    """A response of ``api_key`` for a request the broker failed to handle: every field
+    at its default (arrays empty) and, where the response has a top-level ``error_code``,
+    that set to ``code``. Clients see an answer (the connection stays usable) with no
+    result for the parts they asked about, and retry them."""
+    cls = response_class(api_key)
+    names = {f.name for f in cls._struct._fields}
+    return cls(error_code=int(code)) if "error_code" in names else cls()

@@ -127,23 +127,77 @@ def _zstd_compress(data: Buf) -> bytes:
 # ---------------------------------------------------------------------------------- API
 
 
-def decompress(codec: int, data: Buf) -> bytes:
-    """Decompress a batch's records section. NONE returns the bytes unchanged."""
+def decompress(codec: int, data: Buf, max_size: int | None = None) -> bytes:
+    """Decompress a batch's records section. NONE returns the bytes unchanged.
+
+    ``max_size``: a decompressed section larger than this is CORRUPT_MESSAGE (checked
+    after the codec ran: it bounds what is kept, not the codec's transient output).
+    """
     c = _codec(codec)
     try:
         if c is Compression.NONE:
-            return bytes(data)
-        if c is Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
-        if c is Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if c is Compression.SNAPPY:
-            return _snappy_decompress(data)
-        return _gzip_decompress(data)
+            out = bytes(data)
+        elif c is Compression.ZSTD:
+            out = bytes(cramjam.zstd.decompress(data))
+        elif c is Compression.LZ4:
+            out = bytes(cramjam.lz4.decompress(data))
+        elif c is Compression.SNAPPY:
+            out = _snappy_decompress(data)
+        else:
+            out = _gzip_decompress(data)
     except MemoryError:
         raise
     except Exception as exc:  # any codec failure means the input is corrupt
         raise _corrupt(c, exc) from exc
+    if max_size is not None and len(out) > max_size:
+        raise KafkaProtocolError(
+            ErrorCode.CORRUPT_MESSAGE, f"{c.name} records decompress past {max_size} bytes"
+        )
+    return out
+
+
+def decompress_into(codec: int, data: Buf, out: memoryview) -> int:
+    """Decompress a compressed records section into ``out``; returns the bytes written.
+
+    The output can never grow past ``out``: a section that decompresses to more (a
+    decompression bomb) raises CORRUPT_MESSAGE like any undecodable one, having written at
+    most ``len(out)`` bytes. Nothing else is allocated for the output.
+    """
+    c = _codec(codec)
+    if c is Compression.NONE:
+        raise ValueError("decompress_into needs a compression codec")
+    try:
+        if c is Compression.ZSTD:
+            return int(cramjam.zstd.decompress_into(data, out))
+        if c is Compression.LZ4:
+            return int(cramjam.lz4.decompress_into(data, out))
+        if c is Compression.SNAPPY:
+            return _snappy_decompress_into(memoryview(data), out)
+        return int(cramjam.gzip.decompress_into(data, out))
+    except MemoryError:
+        raise
+    except Exception as exc:  # corrupt, or larger than ``out``
+        raise _corrupt(c, exc) from exc
+
+
+def _snappy_decompress_into(view: memoryview, out: memoryview) -> int:
+    if view[:8] == XERIAL_MAGIC:
+        pos, end, written = XERIAL_HEADER_SIZE, len(view), 0
+        if end < pos:
+            raise ValueError("truncated xerial header")
+        while pos < end:
+            if end - pos < 4:
+                raise ValueError("truncated xerial block length")
+            (n,) = _I32.unpack_from(view, pos)
+            pos += 4
+            if n < 0 or pos + n > end:
+                raise ValueError("xerial block length out of bounds")
+            written += int(cramjam.snappy.decompress_raw_into(view[pos : pos + n], out[written:]))
+            pos += n
+        return written
+    if view[:10] == _SNAPPY_FRAMED_MAGIC:
+        return int(cramjam.snappy.decompress_into(view, out))
+    return int(cramjam.snappy.decompress_raw_into(view, out))
 
 
 def compress(codec: int, data: Buf) -> bytes:

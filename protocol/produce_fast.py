@@ -75,8 +75,11 @@ def _length(buf: memoryview, pos: int, flexible: bool, wide: struct.Struct) -> t
 
 
 def _count(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    """A non-null array length, sanity-checked against the bytes left."""
+    """An array length, sanity-checked against the bytes left. A null array (not
+    nullable in the schema, but well-framed) reads as empty: the request gets an answer."""
     n, pos = _length(buf, pos, flexible, _I32)
+    if n == -1:
+        return 0, pos
     if n < 0 or n > len(buf) - pos:
         raise MalformedFrameError(f"invalid array length {n}")
     return n, pos
@@ -179,6 +182,8 @@ class ProducePartitionResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # KIP-467 (v8+): (index of the record within its batch, message)
+    record_errors: Sequence[tuple[int, str | None]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +219,12 @@ def _put_partition(out: bytearray, p: ProducePartitionResult, version: int, flex
     if version >= 5:
         out += struct.pack(">q", p.log_start_offset)
     if version >= 8:
-        _put_len(out, 0, flex, _I32)  # record_errors: always empty
+        _put_len(out, len(p.record_errors), flex, _I32)
+        for index, message in p.record_errors:
+            out += _I32.pack(index)
+            _put_string(out, message, flex)
+            if flex:
+                out.append(0)
         _put_string(out, p.error_message, flex)
     if flex:
         out.append(0)  # current_leader (tag 0) left at its default: not written

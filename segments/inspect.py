@@ -4,6 +4,12 @@ PATH is a local ``.kfs`` file; URL is ``file://PATH`` or
 ``s3://BUCKET/KEY.kfs?endpoint=URL&region=R[&access_key=..&secret_key=..]``. The index
 beside it (``.index``) is read and checked when present.
 
+``--verify`` also decodes every batch (decompression included) and checks its header
+against its records, as the broker does on produce (``protocol.validate``): a batch that
+does not decode is printed as ``UNDECODABLE`` with the last offset before it that is
+still good (``last good offset``), the offset to give ``kafscale partitions truncate``
+(see docs/operations.md).
+
 Exit status: 0 valid, 1 corrupt (each problem is printed), 2 unreadable / bad usage.
 """
 
@@ -112,12 +118,46 @@ def print_report(target: str, size: int, report: SegmentReport, out: TextIO) -> 
             w(f"CORRUPT: {problem}\n")
 
 
+def verify_batches(data: bytes, report: SegmentReport) -> list[tuple[int, int, str]]:
+    """(position, base offset, problem) of every batch whose records do not decode."""
+    from protocol.batch import BATCH_HEADER_SIZE, read_header
+    from protocol.compression import decompress
+    from protocol.errors import KafkaProtocolError
+    from protocol.validate import BatchRejected, check_header, scan_records
+
+    bad: list[tuple[int, int, str]] = []
+    view = memoryview(data)
+    for b in report.batches:
+        batch = view[b.position : b.position + b.size]
+        try:
+            hdr = read_header(batch)
+            check_header(hdr)
+            body = batch[BATCH_HEADER_SIZE : hdr.size]
+            if hdr.compression:
+                body = memoryview(decompress(hdr.compression, body))
+            scan_records(body, hdr.record_count)
+        except (BatchRejected, KafkaProtocolError, ValueError) as exc:
+            bad.append((b.position, b.base_offset, str(exc)))
+    return bad
+
+
+def _print_verify(report: SegmentReport, bad: list[tuple[int, int, str]], out: TextIO) -> None:
+    for position, base, problem in bad:
+        out.write(f"UNDECODABLE: batch at position {position} (base offset {base}): {problem}\n")
+    if bad:
+        first = bad[0][1]
+        out.write(f"last good offset: {first - 1} (truncate the partition to {first})\n")
+    else:
+        out.write(f"verify: all {len(report.batches)} batches decode\n")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="kafscale segments inspect",
         description="Print and validate a KAFS segment (exit 0 valid, 1 corrupt, 2 unreadable).",
     )
     parser.add_argument("target", metavar="PATH|URL", help="a .kfs file, file://PATH or s3://...")
+    parser.add_argument("--verify", action="store_true", help="also decode every batch's records")
     args = parser.parse_args(argv)
     try:
         data, index = load(args.target)
@@ -126,7 +166,10 @@ def main(argv: list[str]) -> int:
         return 2
     report = validate_segment(data, index)
     print_report(args.target, len(data), report, sys.stdout)
-    return 0 if report.ok else 1
+    bad = verify_batches(data, report) if args.verify else []
+    if args.verify:
+        _print_verify(report, bad, sys.stdout)
+    return 0 if report.ok and not bad else 1
 
 
 if __name__ == "__main__":

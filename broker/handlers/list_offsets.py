@@ -17,10 +17,12 @@ from kafka.protocol.consumer import ListOffsetsResponse
 
 from broker.handlers.registry import RequestContext, api
 from broker.logs import LogManager
+from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.records import decode_batch
 from segments.format import iter_segment_batches
+from segments.store import StoreError
 
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Part = _Topic.ListOffsetsPartitionResponse
@@ -71,9 +73,9 @@ async def _lookup(ctx: RequestContext, lg: PartitionLog, ts: int) -> tuple[int, 
     return await _by_timestamp(ctx.broker.logs, lg, ts)
 
 
-async def _partition(ctx: RequestContext, topic: str, p: Any, version: int) -> Any:
-    info = ctx.broker.topics.get(topic)
-    if info is None or not 0 <= p.partition_index < info.partitions:
+async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: int) -> Any:
+    info = ctx.broker.topics.get(topic) if topic else None
+    if topic is None or info is None or not 0 <= p.partition_index < info.partitions:
         return _Part(partition_index=p.partition_index, error_code=3, offset=-1, timestamp=-1)
     try:
         lg = await ctx.broker.logs.get(topic, p.partition_index)
@@ -81,6 +83,13 @@ async def _partition(ctx: RequestContext, topic: str, p: Any, version: int) -> A
     except KafkaProtocolError as exc:
         return _Part(
             partition_index=p.partition_index, error_code=int(exc.code), offset=-1, timestamp=-1
+        )
+    except (MetaStoreError, StoreError) as exc:  # retriable for the client
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if isinstance(exc, StoreError):
+            code = ErrorCode.KAFKA_STORAGE_ERROR
+        return _Part(
+            partition_index=p.partition_index, error_code=int(code), offset=-1, timestamp=-1
         )
     if version == 0:
         olds = [offset] if offset >= 0 and getattr(p, "max_num_offsets", 1) > 0 else []
@@ -98,7 +107,7 @@ async def _partition(ctx: RequestContext, topic: str, p: Any, version: int) -> A
 async def handle(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     topics = []
-    for t in request.topics:
-        parts = [await _partition(ctx, t.name, p, version) for p in t.partitions]
+    for t in request.topics or ():  # a null topic list asks for nothing
+        parts = [await _partition(ctx, t.name, p, version) for p in t.partitions or ()]
         topics.append(_Topic(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

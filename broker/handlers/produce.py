@@ -1,9 +1,14 @@
 """Produce (key 0), versions 0-11.
 
-Decoded by ``protocol.produce_fast`` without copying record bytes; batches are validated
-(magic 2, CRC-32C, record count, size limits, idempotent sequence) and appended in
-arrival order; the response is *deferred* until the flush cycle commits them (DESIGN
-§4), so a connection keeps reading while its produces wait. acks=0 gets no response.
+Decoded by ``protocol.produce_fast`` without copying record bytes; every batch is
+validated by ``protocol.validate`` (framing, CRC-32C, the header against the records
+actually present, decompressing compressed ones, producer fields, control batches,
+timestamps; maxTimestamp recomputed) before any of the partition's batches is appended,
+so a bad batch never changes the partition: the partition answers CORRUPT_MESSAGE,
+INVALID_RECORD (v8+; CORRUPT_MESSAGE before) with ``record_errors`` naming the record,
+or INVALID_TIMESTAMP. Accepted batches are appended in arrival order; the response is
+*deferred* until the flush cycle commits them (DESIGN §4), so a connection keeps
+reading while its produces wait. acks=0 gets no response.
 
 Deviations: v0-2 magic 0/1 message sets are converted to v2 batches on arrival (one
 copy). Transactions are not supported: transactional batches get INVALID_RECORD, and a
@@ -15,14 +20,23 @@ REQUEST_TIMED_OUT (the commit may still land; idempotent retries are deduplicate
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from broker.handlers.registry import Encoded, RequestContext, api
+from broker.handlers.registry import Encoded, RequestContext, api, handler_failed
+from broker.meta.base import MetaStoreError
 from broker.partition import AppendError, PartitionLog
 from broker.topics import TopicInfo, is_valid_topic_name
-from protocol.batch import CorruptBatchError, iter_batches, set_log_append_time, verify_crc
+from protocol.batch import (
+    BatchHeader,
+    CorruptBatchError,
+    iter_batches,
+    read_header,
+    set_log_append_time,
+    verify_crc,
+)
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.legacy import convert_message_set, is_legacy
 from protocol.produce_fast import (
@@ -33,6 +47,15 @@ from protocol.produce_fast import (
     decode_produce,
     encode_produce_response,
 )
+from protocol.validate import (
+    BatchRejected,
+    TimestampPolicy,
+    check_header,
+    decompressed_bound,
+    validate_batch,
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -44,6 +67,7 @@ class _Outcome:
     log_start: int = -1
     waits: list[asyncio.Future[None]] | None = None
     message: str | None = None
+    record_errors: list[tuple[int, str | None]] | None = None
 
 
 def _decode(body: memoryview, version: int) -> ProduceRequestData:
@@ -62,24 +86,46 @@ async def _topic(ctx: RequestContext, name: str) -> tuple[TopicInfo | None, Erro
     return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _validate(records: memoryview, info: TopicInfo, max_bytes: int) -> list[Any]:
-    """Frame and check every batch; raises KafkaProtocolError with the partition error."""
+def _validate(
+    records: memoryview, policy: TimestampPolicy, max_bytes: int, full: bool
+) -> list[tuple[BatchHeader, memoryview]]:
+    """Frame and check every batch (protocol.validate); raises BatchRejected. Returns the
+    headers to append (maxTimestamp recomputed from the records)."""
     if len(records) > max_bytes:
-        raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
+        raise BatchRejected(ErrorCode.MESSAGE_TOO_LARGE, "record set larger than max.message.bytes")
     try:
         batches = list(iter_batches(records))
     except CorruptBatchError as exc:
-        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
+        raise BatchRejected(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
     if not batches:
-        raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "no record batch")
-    for hdr, view in batches:
-        if not verify_crc(view, hdr):
-            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
-        if hdr.record_count != hdr.last_offset_delta + 1 or hdr.record_count <= 0:
-            raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "record count mismatch")
-        if hdr.is_transactional or hdr.is_control:
-            raise KafkaProtocolError(ErrorCode.INVALID_RECORD, "transactions are not supported")
-    return batches
+        raise BatchRejected(ErrorCode.CORRUPT_MESSAGE, "no record batch")
+    now = int(time.time() * 1000)
+    out = []
+    for i, (hdr, view) in enumerate(batches):
+        try:
+            if full:
+                bound = decompressed_bound(max_bytes)
+                hdr = validate_batch(hdr, view, policy, now, max_uncompressed=bound)
+            else:  # benchmark switch: the pre-issue-16 header checks only
+                if not verify_crc(view, hdr):
+                    raise BatchRejected(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+                check_header(hdr)
+        except BatchRejected as exc:
+            exc.message = f"batch {i}: {exc.message}"
+            raise
+        out.append((hdr, view))
+    return out
+
+
+def _rejected(out: _Outcome, exc: BatchRejected, version: int) -> _Outcome:
+    """Kafka's answer to a rejected record set for this Produce version."""
+    code = exc.code
+    if code == ErrorCode.INVALID_RECORD and version < 8:
+        code = ErrorCode.CORRUPT_MESSAGE  # INVALID_RECORD came with KIP-467 (v8)
+    out.error, out.message = code, exc.message
+    if exc.record_index is not None:
+        out.record_errors = [(exc.record_index, exc.message)]
+    return out
 
 
 def _append(
@@ -92,20 +138,24 @@ def _append(
         return out
     configs = ctx.broker.topics.effective_configs(info)
     max_bytes = int(configs.get("max.message.bytes", ctx.broker.config.max_message_bytes))
+    policy = TimestampPolicy.from_configs(configs)
     try:
         if is_legacy(records):
             records = memoryview(bytearray(convert_message_set(records)))
-        batches = _validate(records, info, max_bytes)
+        batches = _validate(records, policy, max_bytes, ctx.broker.config.validate_records)
     except KafkaProtocolError as exc:
         out.error, out.message = exc.code, exc.message or None
         return out
-    append_time = configs.get("message.timestamp.type") == "LogAppendTime"
+    except BatchRejected as exc:
+        return _rejected(out, exc, ctx.header.api_version)
+    append_time = policy.log_append_time
     now = int(time.time() * 1000)
     waits: list[asyncio.Future[None]] = []
     nbytes = 0
     for i, (hdr, view) in enumerate(batches):
         if append_time:
             set_log_append_time(view, now)
+            hdr = read_header(view)  # the stamped maxTimestamp, not the producer's
         res = lg.append(hdr, view)
         if res.error != ErrorCode.NONE:
             out.error = res.error
@@ -133,7 +183,14 @@ async def _partition(
         lg = await ctx.broker.logs.get(name, part.index)
     except KafkaProtocolError as exc:
         return _Outcome(part.index, exc.code)
-    return _append(ctx, lg, info, part)
+    except MetaStoreError as exc:  # e.g. our lease is gone: not the leader, retriable
+        log.warning("%s-%d unavailable: %s", name, part.index, exc)
+        return _Outcome(part.index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    try:
+        return _append(ctx, lg, info, part)
+    except Exception as exc:  # a bug: this partition fails, the others are answered
+        handler_failed(0, ctx.header.api_version, exc)
+        return _Outcome(part.index, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 @api(0, 0, 11, decode=_decode)
@@ -187,6 +244,7 @@ async def _respond(version: int, results: list[tuple[str, list[_Outcome]]], time
                     log_append_time_ms=o.log_append_time if ok else -1,
                     log_start_offset=o.log_start,
                     error_message=o.message,
+                    record_errors=o.record_errors or (),
                 )
             )
         topics.append(ProduceTopicResult(name, parts))

@@ -15,6 +15,7 @@ response is one of:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from broker.server import Broker
 
 Buffer = bytes | bytearray | memoryview
+
+log = logging.getLogger(__name__)
+_logged_failures: set[tuple[int, str]] = set()
 
 
 @dataclass(slots=True)
@@ -71,3 +75,20 @@ def api(
         return fn
 
     return wrap
+
+
+def handler_failed(api_key: int, version: int, exc: BaseException) -> None:
+    """Log a handler bug (answered UNKNOWN_SERVER_ERROR for the affected part): with its
+    traceback the first time per (API, exception type), then at DEBUG, so one client
+    repeating a request that trips it cannot flood the log."""
+    key = (api_key, type(exc).__name__)
+    if key in _logged_failures:
+        log.debug("API %d v%d failed again: %s", api_key, version, key[1])
+        return
+    _logged_failures.add(key)
+    log.error(
+        "API %d v%d handler failed; answered UNKNOWN_SERVER_ERROR",
+        api_key,
+        version,
+        exc_info=exc,
+    )

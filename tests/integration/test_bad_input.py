@@ -228,7 +228,32 @@ def test_record_count_mismatch(bad_broker: BrokerProcess) -> None:
     batch = bytearray(build_batch([(b"k", b"value", None)] * 3))
     struct.pack_into(">i", batch, 57, 5)  # recordCount 5, lastOffsetDelta 2; CRC redone
     _recrc(batch)
-    _produce_corrupt(bad_broker, "bad-count", bytes(batch), ErrorCode.CORRUPT_MESSAGE)
+    _produce_corrupt(bad_broker, "bad-count", bytes(batch), ErrorCode.INVALID_RECORD)
+
+
+def test_lying_record_count_with_valid_crc(bad_broker: BrokerProcess) -> None:
+    """The issue-16 poison: header count and last offset delta agree on a huge number,
+    the CRC is valid, the records section holds three records."""
+    batch = bytearray(build_batch([(b"k", b"value", None)] * 3))
+    struct.pack_into(">i", batch, 23, 92_341_797)  # lastOffsetDelta
+    struct.pack_into(">i", batch, 57, 92_341_798)  # recordCount
+    _recrc(batch)
+    _produce_corrupt(bad_broker, "lying-count", bytes(batch), ErrorCode.INVALID_RECORD)
+
+
+def test_bad_compression(bad_broker: BrokerProcess) -> None:
+    batch = bytearray(build_batch([(b"k", b"value" * 20, None)] * 3, compression=1))
+    batch[70:90] = b"\xaa" * 20  # inside the gzip stream
+    _recrc(batch)
+    _produce_corrupt(bad_broker, "bad-gzip", bytes(batch), ErrorCode.CORRUPT_MESSAGE)
+
+
+def test_control_batch_refused(bad_broker: BrokerProcess) -> None:
+    batch = bytearray(build_batch([(b"k", b"value", None)]))
+    attrs = struct.unpack_from(">h", batch, 21)[0]
+    struct.pack_into(">h", batch, 21, attrs | 0x20)
+    _recrc(batch)
+    _produce_corrupt(bad_broker, "control", bytes(batch), ErrorCode.INVALID_RECORD)
 
 
 def test_batch_longer_than_records(bad_broker: BrokerProcess) -> None:
@@ -401,3 +426,50 @@ def test_nothing_left_behind(bad_broker: BrokerProcess) -> None:
     assert m["kafscale_connections"] == 0
     assert m["kafscale_inflight_bytes"] == 0
     assert m["kafscale_pending_bytes"] == 0
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_slow_loris_frames_do_not_take_memory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Eight connections each announce a 100 MiB frame and send 1 KiB of it: the broker's
+    RSS stays far below 8 x 100 MiB (buffers grow with the bytes that arrive, and the
+    announced bytes are capped by --queued-max-request-bytes), it keeps serving, and
+    after the connections close RSS is back within 50 MB of its baseline."""
+    http = free_port()
+    b = start_broker(
+        tmp_path_factory.mktemp("loris"),
+        extra_args=("--http", f"127.0.0.1:{http}", "--queued-max-request-bytes", str(256 << 20)),
+    )
+    try:
+        assert_serving_basic(b)
+        base = _rss_kib(b.pid)
+        socks = []
+        for _ in range(8):
+            s = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+            s.sendall(struct.pack(">i", 100 << 20) + b"\x00\x00\x00\x08" + b"x" * 1024)
+            socks.append(s)
+        assert_serving_basic(b)  # the round trip also proves the 8 frames were read
+        during = _rss_kib(b.pid)
+        for s in socks:
+            s.close()
+        kr.wait_idle(http)
+        assert_serving_basic(b)
+        after = _rss_kib(b.pid)
+        print(f"RSS KiB: baseline {base}, 8 open 100 MiB frames {during}, after close {after}")
+        assert during - base < 100 * 1024, (base, during)
+        assert after - base < 50 * 1024, (base, after)
+    finally:
+        b.stop()
+    assert "Traceback" not in b.log_text()
+
+
+def assert_serving_basic(b: BrokerProcess) -> None:
+    assert b.proc is not None and b.proc.poll() is None, "broker died"
+    res = kr.produce_raw(b.port, "health", 0, build_batch([(b"h", b"v", None)]))
+    assert res.error_code == 0, res

@@ -172,3 +172,57 @@ def test_truncated_compressed_data_is_corrupt(codec: Compression) -> None:
     with pytest.raises(KafkaProtocolError) as err:
         decompress(codec, packed[: len(packed) // 2])
     assert err.value.code is ErrorCode.CORRUPT_MESSAGE
+
+
+def test_decompress_into_never_writes_past_its_buffer() -> None:
+    """A gzip bomb (20 members of 10 MB of zeros: 200 MB from ~200 KB) into a 1 MiB
+    buffer: CORRUPT_MESSAGE, with nothing allocated beyond the caller's buffer."""
+    import cramjam
+
+    from protocol.compression import decompress_into
+
+    member = bytes(cramjam.gzip.compress(bytes(10_000_000)))
+    bomb = member * 20
+    out = memoryview(bytearray(1 << 20))
+    with pytest.raises(KafkaProtocolError) as info:
+        decompress_into(Compression.GZIP, bomb, out)
+    assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+    small = bytes(cramjam.gzip.compress(b"abc" * 100)) * 2
+    assert decompress_into(Compression.GZIP, small, out) == 600
+    assert bytes(out[:600]) == b"abc" * 200
+
+
+def _variants() -> list[tuple[Compression, bytes]]:
+    data = os.urandom(1000) * 50
+    cobj = zstandard.ZstdCompressor().compressobj()
+    blocks = [b"a" * 32768, b"b" * 100, os.urandom(5000)]
+    out = [(c, compress(c, p)) for c in CODECS[1:] for p in PAYLOADS]
+    out += [
+        (Compression.GZIP, gzip.compress(b"abc") + gzip.compress(b"def")),
+        (Compression.ZSTD, zstandard.ZstdCompressor(write_content_size=False).compress(data)),
+        (Compression.ZSTD, cobj.compress(data) + cobj.flush()),
+        (Compression.SNAPPY, bytes(cramjam.snappy.compress_raw(data))),
+        (Compression.SNAPPY, bytes(cramjam.snappy.compress(data))),
+        (Compression.SNAPPY, _hand_xerial(blocks)),
+        (Compression.SNAPPY, _hand_xerial(blocks, "<ii")),
+        (Compression.SNAPPY, _hand_xerial([])),
+        (Compression.LZ4, bytes(cramjam.lz4.compress(b"linked " * 40_000))),
+    ]
+    return out + [(c, d) for c, ds in CORRUPT.items() for d in ds]
+
+
+@pytest.mark.parametrize(("codec", "data"), _variants())
+def test_decompress_into_agrees_with_decompress(codec: Compression, data: bytes) -> None:
+    from protocol.compression import decompress_into
+
+    out = memoryview(bytearray(4 << 20))
+    try:
+        expected: bytes | int = decompress(codec, data)
+    except KafkaProtocolError as exc:
+        expected = int(exc.code)
+    try:
+        n = decompress_into(codec, data, out)
+        got: bytes | int = bytes(out[:n])
+    except KafkaProtocolError as exc:
+        got = int(exc.code)
+    assert got == expected

@@ -75,3 +75,36 @@ async def test_s3_url(moto_s3: S3Endpoint, capsys: pytest.CaptureFixture[str]) -
     assert "index:   1 entries" in out and "batches: 2" in out
     missing = url.replace("segment-0000", "segment-9999")
     assert await asyncio.to_thread(main, [missing]) == 2
+
+
+def test_verify_finds_batches_that_do_not_decode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch with a valid CRC whose header claims more records than it holds (what a
+    broker without produce validation stored, issue 16): plain inspect calls the segment
+    valid; --verify names the batch and the offset to truncate to."""
+    import struct
+
+    from protocol.batch import crc32c
+    from segments.format import build_segment
+    from tests.unit.segments.conftest import make_batch
+
+    good = make_batch(500, 3)
+    bad = make_batch(503, 2)
+    struct.pack_into(">i", bad, 23, 9)  # lastOffsetDelta: 10 records claimed, 2 present
+    struct.pack_into(">i", bad, 57, 10)
+    struct.pack_into(">I", bad, 17, crc32c(memoryview(bad)[21:]))
+    built = build_segment(500, [memoryview(good), memoryview(bad)])
+    path = tmp_path / "segment-00000000000000000500.kfs"
+    path.write_bytes(b"".join(bytes(p) for p in built.buffers))
+    assert main([str(path)]) == 0
+    capsys.readouterr()
+    assert main([str(path), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("UNDECODABLE") == 1 and "base offset 503" in out
+    assert "last good offset: 502 (truncate the partition to 503)" in out
+    good_path = tmp_path / "good.kfs"
+    built = build_segment(500, [memoryview(make_batch(500, 3))])
+    good_path.write_bytes(b"".join(bytes(p) for p in built.buffers))
+    assert main([str(good_path), "--verify"]) == 0
+    assert "verify: all 1 batches decode" in capsys.readouterr().out
