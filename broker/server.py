@@ -17,6 +17,7 @@ from broker.connection import Connection
 from broker.handlers import load_all
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
+from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
 from broker.topics import TopicManager
 from segments.store import ObjectStore, open_store
 
@@ -43,7 +44,7 @@ class ProducerIds:
             return pid
 
     async def _new_block(self) -> None:
-        key = "/producers/next-id"
+        key = PRODUCER_ID_KEY
         while True:
             kv = await self.meta.get(key)
             start = int(kv.value) if kv is not None else 0
@@ -144,7 +145,7 @@ class Broker:
         return coordinator
 
     async def _cluster_id(self) -> str:
-        key = "/cluster/id"
+        key = CLUSTER_ID_KEY
         proposed = json.dumps({"id": BrokerConfig.new_cluster_id()}).encode()
         res = await self.meta.txn([Compare(key, "create_revision", "==", 0)], [Put(key, proposed)])
         kv = await self.meta.get(key) if not res.succeeded else None
