@@ -24,7 +24,8 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from broker.handlers import REGISTRY, Encoded, RequestContext
+from broker.handlers import Encoded, RequestContext
+from protocol.apis import ApiKey
 from protocol.codec import api_versions_fallback, decode_request, encode_response
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import RequestHeader, parse_request_header
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 SCRATCH = 256 * 1024
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
-API_VERSIONS = 18
 
 
 class _Raw:
@@ -218,15 +218,16 @@ class Connection(asyncio.BufferedProtocol):
     async def _dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any, int] | None:
         mv = memoryview(frame)
         hdr = parse_request_header(mv)
-        api = REGISTRY.get(hdr.api_key)
+        api = self.broker.routes.get(hdr.api_key)
         size = len(frame)
         if api is None:
             raise KafkaProtocolError(
                 ErrorCode.INVALID_REQUEST, f"unknown API key {hdr.api_key} v{hdr.api_version}"
             )
         if not api.min_version <= hdr.api_version <= api.max_version:
-            if hdr.api_key == API_VERSIONS:
-                keys = [(a.key, a.min_version, a.max_version) for a in REGISTRY.values()]
+            if hdr.api_key == ApiKey.API_VERSIONS:
+                routes = self.broker.routes.values()
+                keys = [(a.key, a.min_version, a.max_version) for a in routes]
                 return hdr, _Raw(api_versions_fallback(hdr.correlation_id, sorted(keys))), size
             raise KafkaProtocolError(
                 ErrorCode.UNSUPPORTED_VERSION,

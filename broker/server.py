@@ -14,7 +14,7 @@ from broker import faults
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
-from broker.handlers import load_all
+from broker.handlers.routes import build_routes
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
@@ -73,6 +73,7 @@ class Broker:
             else open_meta(config.meta_url, config.data_dir, config.meta_prefix)
         )
         self.store: ObjectStore = store if store is not None else open_store(config.store_url)
+        self.routes = build_routes()
         self.cluster = Cluster(self.meta, config)
         self.topics = TopicManager(self.meta, config, store=self.store, namespace=config.namespace)
         self.logs = LogManager(config, self.meta, self.store, self.cluster, self.topics)
@@ -108,7 +109,6 @@ class Broker:
 
     async def start(self) -> None:
         faults.arm_from_env()
-        load_all()
         self.cluster_id = await self._cluster_id()
         await self.cluster.start()
         await self.topics.start()

@@ -15,7 +15,7 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from broker.logs import LogManager
 from broker.partition import PartitionLog
 from protocol.errors import ErrorCode, KafkaProtocolError
@@ -94,8 +94,7 @@ async def _partition(ctx: RequestContext, topic: str, p: Any, version: int) -> A
     )
 
 
-@api(2, 0, 8)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     topics = []
     for t in request.topics:

@@ -16,7 +16,7 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from broker.topics import TopicInfo
 from protocol.errors import ErrorCode
 
@@ -79,8 +79,7 @@ async def _lookup(ctx: RequestContext, req_topic: Any, auto: bool) -> Any:
     return _topic_entry(ctx, info)
 
 
-@api(3, 0, 12)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def metadata(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     broker = ctx.broker
     requested = request.topics

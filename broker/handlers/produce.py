@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from broker.handlers.registry import Encoded, RequestContext, api
+from broker.handlers.registry import Encoded, RequestContext
 from broker.partition import AppendError, PartitionLog
 from broker.topics import TopicInfo, is_valid_topic_name
 from protocol.batch import CorruptBatchError, iter_batches, set_log_append_time, verify_crc
@@ -46,7 +46,8 @@ class _Outcome:
     message: str | None = None
 
 
-def _decode(body: memoryview, version: int) -> ProduceRequestData:
+def decode(body: memoryview, version: int) -> ProduceRequestData:
+    """The route's decoder: the zero-copy Produce decoder of ``protocol.produce_fast``."""
     return decode_produce(body, version)
 
 
@@ -136,8 +137,7 @@ async def _partition(
     return _append(ctx, lg, info, part)
 
 
-@api(0, 0, 11, decode=_decode)
-async def handle(ctx: RequestContext, request: ProduceRequestData) -> Any:
+async def produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
     version = ctx.header.api_version
     results: list[tuple[str, list[_Outcome]]] = []
     if request.transactional_id is not None or request.acks not in (0, 1, -1):

@@ -14,14 +14,13 @@ from typing import Any
 
 from kafka.protocol.producer import InitProducerIdResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from protocol.errors import ErrorCode
 
 MAX_EPOCH = 32767
 
 
-@api(22, 0, 4)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         return InitProducerIdResponse(
             throttle_time_ms=0,

@@ -1,4 +1,4 @@
-"""The handler table and the types handlers use.
+"""The types of the route table and of handlers (the table itself: ``routes.py``).
 
 A handler is ``async def handle(ctx, request) -> Response``, where ``request`` is what the
 API's decoder returned (by default the kafka-python ``ApiMessage`` for the version) and the
@@ -15,8 +15,8 @@ response is one of:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocol.frame import RequestHeader
@@ -32,7 +32,6 @@ class RequestContext:
     broker: Broker
     header: RequestHeader
     peer: str = ""  # "host:port" of the client
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +48,8 @@ Decoder = Callable[[memoryview, int], Any]
 
 @dataclass(frozen=True, slots=True)
 class ApiHandler:
+    """One route: an API key, the versions served, its handler and its decoder."""
+
     key: int
     min_version: int
     max_version: int
@@ -56,18 +57,4 @@ class ApiHandler:
     decode: Decoder | None = None  # None: protocol.codec.decode_request
 
 
-REGISTRY: dict[int, ApiHandler] = {}
-
-
-def api(
-    key: int, min_version: int, max_version: int, decode: Decoder | None = None
-) -> Callable[[Handler], Handler]:
-    """Register ``fn`` as the handler of API ``key`` for versions min..max."""
-
-    def wrap(fn: Handler) -> Handler:
-        if key in REGISTRY:
-            raise RuntimeError(f"API key {key} registered twice")
-        REGISTRY[key] = ApiHandler(key, min_version, max_version, fn, decode)
-        return fn
-
-    return wrap
+Routes = Mapping[int, ApiHandler]
