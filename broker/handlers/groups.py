@@ -86,7 +86,9 @@ def group_error(ctx: RequestContext, group_id: str) -> ErrorCode | None:
 
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator:
-    groups: GroupCoordinator = ctx.broker.groups
+    """The group coordinator (callers checked ``group_error`` or ``_find`` first)."""
+    groups = ctx.broker.groups
+    assert groups is not None
     return groups
 
 

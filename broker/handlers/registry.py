@@ -17,19 +17,49 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol.frame import RequestHeader
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.cluster import Cluster
+    from broker.config import BrokerConfig
+    from broker.logs import LogManager
+    from broker.topics import TopicManager
+    from groupcoord import GroupCoordinator
 
 Buffer = bytes | bytearray | memoryview
 
 
+class ProducerIdSource(Protocol):
+    async def allocate(self) -> int: ...
+
+
+class BrokerContext(Protocol):
+    """What handlers use of the broker (``server.Broker`` provides it); handlers depend
+    on this, never on the concrete server."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def topics(self) -> TopicManager: ...
+    @property
+    def logs(self) -> LogManager: ...
+    @property
+    def cluster(self) -> Cluster: ...
+    @property
+    def groups(self) -> GroupCoordinator | None: ...
+    @property
+    def producer_ids(self) -> ProducerIdSource: ...
+    @property
+    def routes(self) -> Routes: ...
+    @property
+    def cluster_id(self) -> str: ...
+
+
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    broker: BrokerContext
     header: RequestHeader
     peer: str = ""  # "host:port" of the client
 
