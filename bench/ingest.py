@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,6 +41,14 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from broker.meta.base import open_meta  # noqa: E402
+from broker.meta.schema import (  # noqa: E402
+    EndValue,
+    SegmentMeta,
+    TopicInfo,
+    end_key,
+    seg_entry_key,
+    topic_key,
+)
 from ingest_job.job import IngestConfig, run_ingest  # noqa: E402
 from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units  # noqa: E402
 from ingest_job.task import PROFILE_ENV, parquet_options, read_unit  # noqa: E402
@@ -56,14 +65,10 @@ PARTITIONS = 2
 
 async def _generate(data: str, topic: str, records: int, value_bytes: int, codec: int) -> int:
     """Write ``records`` records over PARTITIONS partitions; returns segment bytes."""
-    import json
-
     store = open_store(f"file://{data}/segments")
     meta = open_meta("embedded", data_dir=data)
-    await meta.put(
-        f"/topics/{topic}",
-        json.dumps({"id": topic, "partitions": PARTITIONS, "configs": {}}).encode(),
-    )
+    info = TopicInfo(topic, uuid.uuid5(uuid.NAMESPACE_URL, topic), PARTITIONS, {})
+    await meta.put(topic_key(topic), info.to_json())
     pad = "x" * max(0, value_bytes - 60)
     total = 0
     ts0 = int(time.time() * 1000)
@@ -89,19 +94,12 @@ async def _generate(data: str, topic: str, records: int, value_bytes: int, codec
                 off += cnt
             seg = build_segment(base, batches)
             etag = await store.put_if_absent(segment_key("default", topic, part, base), seg.buffers)
-            entry = {
-                "base": base,
-                "last": seg.last_offset,
-                "bytes": seg.size,
-                "records": seg.record_count,
-                "max_ts": seg.max_timestamp,
-                "etag": etag,
-            }
-            await meta.put(f"/logs/{topic}/{part}/segments/{base:020d}", json.dumps(entry).encode())
+            entry = SegmentMeta(
+                base, seg.last_offset, seg.size, seg.record_count, seg.max_timestamp, etag
+            )
+            await meta.put(seg_entry_key(topic, part, base), entry.to_json())
             total += seg.size
-        await meta.put(
-            f"/logs/{topic}/{part}/end", json.dumps({"next_offset": n, "epoch": 1}).encode()
-        )
+        await meta.put(end_key(topic, part), EndValue(n, 1).encode())
     await meta.close()
     await store.close()
     return total

@@ -19,6 +19,13 @@ from dataclasses import dataclass
 
 from broker.config import BrokerConfig
 from broker.meta.base import Compare, Get, LeaseExpiredError, MetaStore, MetaStoreError, Put
+from broker.meta.schema import (
+    BROKERS_PREFIX,
+    OWNERS_PREFIX,
+    broker_id_of,
+    broker_key,
+    owner_of_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +93,11 @@ class Cluster:
 
     async def _sync_brokers(self) -> int:
         """Read the live brokers; returns the store revision the read saw."""
-        res = await self.meta.txn([], [Get("/brokers/", True)])
+        res = await self.meta.txn([], [Get(BROKERS_PREFIX, True)])
         brokers: dict[int, BrokerInfo] = {}
         for kv in res.gets[0]:
-            node = kv.key.rsplit("/", 1)[-1]
-            info = self._decode_broker(kv.value, int(node)) if node.isdigit() else None
+            node = broker_id_of(kv.key)
+            info = self._decode_broker(kv.value, node) if node is not None else None
             if info is not None:
                 brokers[info.node_id] = info
         brokers[self.me.node_id] = self.me
@@ -98,7 +105,7 @@ class Cluster:
         return res.revision
 
     async def _sync_owners(self) -> int:
-        res = await self.meta.txn([], [Get("/owners/", True)])
+        res = await self.meta.txn([], [Get(OWNERS_PREFIX, True)])
         self._owners.clear()
         for kv in res.gets[0]:
             self._apply_owner("put", kv.key, kv.value)
@@ -122,7 +129,7 @@ class Cluster:
         A previous incarnation of this node id (killed with ``kill -9``) may still hold
         the key until its lease expires; we wait for that, watching the key.
         """
-        key = f"/brokers/{self.me.node_id}"
+        key = broker_key(self.me.node_id)
         value = json.dumps(
             {"host": self.me.host, "port": self.me.port, "rack": self.me.rack}
         ).encode()
@@ -203,18 +210,18 @@ class Cluster:
 
     async def _watch_brokers(self, revision: int) -> None:
         while True:
-            watch = self.meta.watch("/brokers/", start_revision=revision + 1)
+            watch = self.meta.watch(BROKERS_PREFIX, start_revision=revision + 1)
             try:
                 async for ev in watch:
                     revision = ev.mod_revision
-                    node = ev.key.rsplit("/", 1)[-1]
-                    if not node.isdigit():
+                    node = broker_id_of(ev.key)
+                    if node is None:
                         continue
                     if ev.type == "delete":
-                        if int(node) != self.me.node_id:
-                            self._brokers.pop(int(node), None)
+                        if node != self.me.node_id:
+                            self._brokers.pop(node, None)
                     else:
-                        info = self._decode_broker(ev.value, int(node))
+                        info = self._decode_broker(ev.value, node)
                         if info is not None:
                             self._brokers[info.node_id] = info
                     self._notify()
@@ -227,7 +234,7 @@ class Cluster:
 
     async def _watch_owners(self, revision: int) -> None:
         while True:
-            watch = self.meta.watch("/owners/", start_revision=revision + 1)
+            watch = self.meta.watch(OWNERS_PREFIX, start_revision=revision + 1)
             try:
                 async for ev in watch:
                     revision = ev.mod_revision
@@ -249,10 +256,9 @@ class Cluster:
                 log.warning("re-reading cluster state failed (%s); retrying", exc)
 
     def _apply_owner(self, kind: str, key: str, value: bytes) -> None:
-        parts = key.split("/")  # ["", "owners", topic, partition]
-        if len(parts) != 4 or not parts[3].isdigit():
+        tp = owner_of_key(key)
+        if tp is None:
             return
-        tp = (parts[2], int(parts[3]))
         if kind == "delete":
             self._owners.pop(tp, None)
             return

@@ -41,9 +41,10 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from broker.frames import PartialFrames
-from broker.handlers import REGISTRY, Encoded, RequestContext
+from broker.handlers import Encoded, RequestContext
 from broker.handlers.registry import handler_failed
 from broker.meta.base import MetaStoreError
+from protocol.apis import ApiKey
 from protocol.codec import (
     api_versions_fallback,
     decode_request,
@@ -68,7 +69,6 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (MetaStoreError, StoreError, OSEr
 
 SCRATCH = 256 * 1024
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
-API_VERSIONS = 18
 
 
 class _Raw:
@@ -303,15 +303,16 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
     async def _dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any, int] | None:
         mv = memoryview(frame)
         hdr = parse_request_header(mv)
-        api = REGISTRY.get(hdr.api_key)
+        api = self.broker.routes.get(hdr.api_key)
         size = len(frame)
         if api is None:
             raise KafkaProtocolError(
                 ErrorCode.INVALID_REQUEST, f"unknown API key {hdr.api_key} v{hdr.api_version}"
             )
         if not api.min_version <= hdr.api_version <= api.max_version:
-            if hdr.api_key == API_VERSIONS:
-                keys = [(a.key, a.min_version, a.max_version) for a in REGISTRY.values()]
+            if hdr.api_key == ApiKey.API_VERSIONS:
+                routes = self.broker.routes.values()
+                keys = [(a.key, a.min_version, a.max_version) for a in routes]
                 return hdr, _Raw(api_versions_fallback(hdr.correlation_id, sorted(keys))), size
             raise KafkaProtocolError(
                 ErrorCode.UNSUPPORTED_VERSION,

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Sequence
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from broker.meta.base import Compare, Delete, MetaStore, Op, Put
+from broker.meta.schema import GROUPS_PREFIX, group_offset_key, group_prefix, group_state_key
 from groupcoord.model import (
     GroupConflictError,
     GroupRecord,
@@ -27,20 +28,6 @@ from groupcoord.model import (
     StoredGroup,
     TopicPartition,
 )
-
-GROUPS = "/groups/"
-
-
-def _group_prefix(group_id: str) -> str:
-    return f"{GROUPS}{quote(group_id, safe='')}/"
-
-
-def _state_key(group_id: str) -> str:
-    return _group_prefix(group_id) + "state"
-
-
-def _offset_key(group_id: str, tp: TopicPartition) -> str:
-    return f"{_group_prefix(group_id)}offsets/{tp.topic}/{tp.partition}"
 
 
 class MetaGroupStore:
@@ -52,13 +39,13 @@ class MetaGroupStore:
         self._flusher: asyncio.Task[None] | None = None
 
     async def load_group(self, group_id: str) -> StoredGroup | None:
-        kv = await self._meta.get(_state_key(group_id))
+        kv = await self._meta.get(group_state_key(group_id))
         if kv is None:
             return None
         return StoredGroup(GroupRecord.from_json(kv.value), kv.mod_revision)
 
     async def save_group(self, group_id: str, record: GroupRecord, expected_revision: int) -> int:
-        key = _state_key(group_id)
+        key = group_state_key(group_id)
         result = await self._meta.txn(
             [Compare(key, "mod_revision", "==", expected_revision)],
             [Put(key, record.to_json())],
@@ -71,8 +58,8 @@ class MetaGroupStore:
 
     async def delete_group(self, group_id: str, expected_revision: int) -> None:
         result = await self._meta.txn(
-            [Compare(_state_key(group_id), "mod_revision", "==", expected_revision)],
-            [Delete(_group_prefix(group_id), prefix=True)],
+            [Compare(group_state_key(group_id), "mod_revision", "==", expected_revision)],
+            [Delete(group_prefix(group_id), prefix=True)],
         )
         if not result.succeeded:
             raise GroupConflictError(
@@ -86,7 +73,10 @@ class MetaGroupStore:
         together in the next one; a request is never split unless it alone exceeds the
         store's ops limit."""
         latest = {tp: rec for tp, rec in offsets}  # one Put per key per transaction
-        ops = [Put(_offset_key(group_id, tp), rec.to_json()) for tp, rec in latest.items()]
+        ops = [
+            Put(group_offset_key(group_id, tp.topic, tp.partition), rec.to_json())
+            for tp, rec in latest.items()
+        ]
         if not ops:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -118,7 +108,7 @@ class MetaGroupStore:
                         fut.set_result(None)
 
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, OffsetRecord]:
-        prefix = _group_prefix(group_id) + "offsets/"
+        prefix = group_prefix(group_id) + "offsets/"
         result: dict[TopicPartition, OffsetRecord] = {}
         for kv in await self._meta.range(prefix):
             topic, _, partition = kv.key[len(prefix) :].rpartition("/")
@@ -126,11 +116,14 @@ class MetaGroupStore:
         return result
 
     async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> None:
-        await self._run_chunked([Delete(_offset_key(group_id, tp)) for tp in set(partitions)])
+        await self._run_chunked(
+            [Delete(group_offset_key(group_id, tp.topic, tp.partition)) for tp in set(partitions)]
+        )
 
     async def list_groups(self) -> list[str]:
         names = {
-            unquote(kv.key[len(GROUPS) :].split("/", 1)[0]) for kv in await self._meta.range(GROUPS)
+            unquote(kv.key[len(GROUPS_PREFIX) :].split("/", 1)[0])
+            for kv in await self._meta.range(GROUPS_PREFIX)
         }
         return sorted(names)
 

@@ -10,12 +10,11 @@ the append futures resolve (DESIGN §4).
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from broker.meta.schema import end_json
+from broker.meta.schema import SegmentMeta, end_json
 from broker.producers import INT32_MAX, ProducerState
 from protocol.batch import BatchHeader, set_base_offset, set_leader_epoch
 from protocol.errors import ErrorCode
@@ -24,58 +23,6 @@ from segments.format import object_name
 ACTIVE = "active"
 RELEASING = "releasing"
 CLOSED = "closed"
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentMeta:
-    """A committed manifest entry (``/logs/{t}/{p}/segments/{base:020d}``)."""
-
-    base: int
-    last: int
-    size: int
-    records: int
-    max_ts: int
-    etag: str
-    # object name under ``{ns}/{t}/{p}/`` when it is not ``segment-{base:020d}.kfs``
-    # (merged segments: ``segment-{base:020d}-{last:020d}.kfs``, docs/format.md)
-    key: str = ""
-    # wall-clock ms when the data was written (-1: unknown); retention.ms counts from
-    # the later of this and max_ts, so data produced with old timestamps is not dropped
-    # the moment it lands (Kafka keeps it in its active segment; ours are small)
-    created_ms: int = -1
-
-    @property
-    def retention_ts(self) -> int:
-        return max(self.max_ts, self.created_ms)
-
-    def to_json(self) -> bytes:
-        d: dict[str, int | str] = {
-            "base": self.base,
-            "last": self.last,
-            "bytes": self.size,
-            "records": self.records,
-            "max_ts": self.max_ts,
-            "etag": self.etag,
-        }
-        if self.key:
-            d["key"] = self.key
-        if self.created_ms >= 0:
-            d["created"] = self.created_ms
-        return json.dumps(d, separators=(",", ":")).encode()
-
-    @classmethod
-    def from_json(cls, base: int, value: bytes) -> SegmentMeta:
-        d = json.loads(value)
-        return cls(
-            base,
-            int(d["last"]),
-            int(d["bytes"]),
-            int(d["records"]),
-            int(d.get("max_ts", -1)),
-            str(d.get("etag", "")),
-            str(d.get("key", "")),
-            int(d.get("created", -1)),
-        )
 
 
 @dataclass(slots=True)

@@ -39,9 +39,7 @@ import uuid
 from dataclasses import dataclass
 
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_meta
-from broker.meta.schema import end_json, owner_value
-from broker.partition import SegmentMeta
-from broker.topics import TOPICS_PREFIX, TopicInfo
+from broker.meta.schema import SegmentMeta, TopicInfo, end_json, owner_value, topic_key
 from segments.format import (
     build_segment,
     index_key_for,
@@ -100,7 +98,7 @@ async def _segments(meta: MetaStore, t: Target) -> list[SegmentMeta]:
 
 
 async def plan(meta: MetaStore, t: Target, offset: int) -> Plan:
-    topic = await meta.get(TOPICS_PREFIX + t.topic)
+    topic = await meta.get(topic_key(t.topic))
     if topic is None:
         raise RepairError(f"topic {t.topic!r} does not exist")
     topic_id = TopicInfo.from_json(t.topic, topic.value).topic_id

@@ -16,9 +16,10 @@ from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.frames import PartialFrames
-from broker.handlers import load_all
+from broker.handlers.routes import build_routes
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
+from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
 from broker.topics import TopicManager
 from segments.store import ObjectStore, open_store
 
@@ -45,7 +46,7 @@ class ProducerIds:
             return pid
 
     async def _new_block(self) -> None:
-        key = "/producers/next-id"
+        key = PRODUCER_ID_KEY
         while True:
             kv = await self.meta.get(key)
             start = int(kv.value) if kv is not None else 0
@@ -74,6 +75,7 @@ class Broker:
             else open_meta(config.meta_url, config.data_dir, config.meta_prefix)
         )
         self.store: ObjectStore = store if store is not None else open_store(config.store_url)
+        self.routes = build_routes()
         self.cluster = Cluster(self.meta, config)
         self.topics = TopicManager(self.meta, config, store=self.store, namespace=config.namespace)
         self.logs = LogManager(config, self.meta, self.store, self.cluster, self.topics)
@@ -149,7 +151,6 @@ class Broker:
 
     async def start(self) -> None:
         faults.arm_from_env()
-        load_all()
         self.cluster_id = await self._cluster_id()
         await self.cluster.start()
         await self.topics.start()
@@ -186,7 +187,7 @@ class Broker:
         return coordinator
 
     async def _cluster_id(self) -> str:
-        key = "/cluster/id"
+        key = CLUSTER_ID_KEY
         proposed = json.dumps({"id": BrokerConfig.new_cluster_id()}).encode()
         res = await self.meta.txn([Compare(key, "create_revision", "==", 0)], [Put(key, proposed)])
         kv = await self.meta.get(key) if not res.succeeded else None

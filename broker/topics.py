@@ -27,18 +27,23 @@ Deviations from Kafka, on purpose:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from broker import faults
 from broker.config import BrokerConfig
 from broker.deletion import topic_garbage
 from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, Put
+from broker.meta.schema import (
+    TOPICS_PREFIX,
+    TopicInfo,
+    topic_key,
+    topic_logs_prefix,
+    topic_owners_prefix,
+)
 from broker.topic_configs import (
     TOPIC_CONFIGS,
     ConfigEntry,
@@ -54,42 +59,12 @@ from segments.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
-TOPICS_PREFIX = "/topics/"
 MAX_PARTITIONS = 10_000
 MAX_REPLICATION_FACTOR = 3
 _NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _CAS_ATTEMPTS = 16
 _RETRY_S = 0.5
 _DELETE_CONCURRENCY = 16
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """One topic. ``configs`` (the explicitly set keys) is a read-only mapping."""
-
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-    configs: Mapping[str, str]
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.topic_id, self.partitions))
-
-    def to_json(self) -> bytes:
-        doc = {
-            "id": str(self.topic_id),
-            "partitions": self.partitions,
-            "configs": dict(self.configs),
-        }
-        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-    @staticmethod
-    def from_json(name: str, value: bytes) -> TopicInfo:
-        doc = json.loads(value)
-        configs = {str(k): str(v) for k, v in dict(doc.get("configs") or {}).items()}
-        return TopicInfo(
-            name, uuid.UUID(doc["id"]), int(doc["partitions"]), MappingProxyType(configs)
-        )
 
 
 def validate_topic_name(name: str) -> None:
@@ -333,7 +308,7 @@ class TopicManager:
         info = TopicInfo(name, uuid.uuid4(), partitions, MappingProxyType(clean))
         if validate_only:
             return info
-        key = TOPICS_PREFIX + name
+        key = topic_key(name)
         result = await self._meta.txn(
             [Compare(key, "create_revision", "==", 0)], [Put(key, info.to_json())], [Get(key)]
         )
@@ -371,7 +346,7 @@ class TopicManager:
         return self._topics.get(name) or await self._reload(name)
 
     async def _reload(self, name: str) -> TopicInfo | None:
-        kv = await self._meta.get(TOPICS_PREFIX + name)
+        kv = await self._meta.get(topic_key(name))
         return None if kv is None else self._apply_kv(kv)
 
     # ------------------------------------------------------------ delete
@@ -379,14 +354,14 @@ class TopicManager:
     async def delete(self, name: str) -> TopicInfo:
         """Delete the topic's metadata (topic, logs, owners) in one transaction, then its
         segment objects in the background. Raises UNKNOWN_TOPIC_OR_PARTITION."""
-        key = TOPICS_PREFIX + name
+        key = topic_key(name)
         result = await self._meta.txn(
             [Compare(key, "version", ">", 0)],
             [
                 Get(key),
                 Delete(key),
-                Delete(f"/logs/{name}/", prefix=True),
-                Delete(f"/owners/{name}/", prefix=True),
+                Delete(topic_logs_prefix(name), prefix=True),
+                Delete(topic_owners_prefix(name), prefix=True),
             ],
         )
         if not result.succeeded or not result.gets or not result.gets[0]:
@@ -427,7 +402,7 @@ class TopicManager:
         self, name: str, change: Callable[[TopicInfo], TopicInfo], validate_only: bool
     ) -> TopicInfo:
         """Read-modify-write of ``/topics/{name}`` guarded by its mod_revision."""
-        key = TOPICS_PREFIX + name
+        key = topic_key(name)
         for _ in range(_CAS_ATTEMPTS):
             kv = await self._meta.get(key)
             if kv is None:

@@ -1,18 +1,26 @@
 """Read the segment manifest from the metadata store and plan Spark work units.
 
-Only manifest entries are data (DESIGN §3): objects in the store that no committed entry
-names are never read. Offsets that the manifest no longer covers (retention) are reported
-as gaps and skipped, never silently.
+Only manifest entries are data (docs/format.md, "Object keys"): objects in the store that
+no committed entry names are never read. Offsets that the manifest no longer covers
+(retention) are reported as gaps and skipped, never silently.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from broker.meta.base import MetaStore, open_meta
+from broker.meta.schema import (
+    EndValue,
+    SegmentMeta,
+    TopicInfo,
+    end_key,
+    entry_base,
+    segments_prefix,
+    topic_key,
+)
 from ingest_job.model import Gap, IngestError, Offsets, SegmentRef, TopicPartition, WorkUnit
 from segments.format import partition_prefix, segment_key
 
@@ -45,38 +53,35 @@ async def read_logs(
     """Every partition log of ``topics``; raises IngestError for an unknown topic."""
     logs: list[PartitionLog] = []
     for topic in topics:
-        kv = await meta.get(f"/topics/{topic}")
+        kv = await meta.get(topic_key(topic))
         if kv is None:
             raise IngestError(f"topic {topic!r} does not exist in the metadata store")
-        partitions = int(json.loads(kv.value)["partitions"])
+        partitions = TopicInfo.from_json(topic, kv.value).partitions
         for part in range(partitions):
             logs.append(await _read_partition(meta, topic, part, namespace))
     return logs
 
 
 async def _read_partition(meta: MetaStore, topic: str, part: int, namespace: str) -> PartitionLog:
-    prefix = f"/logs/{topic}/{part}/"
-    end_kv = await meta.get(prefix + "end")
-    next_offset = int(json.loads(end_kv.value)["next_offset"]) if end_kv else 0
+    end_kv = await meta.get(end_key(topic, part))
+    next_offset = EndValue.decode(end_kv.value).next_offset if end_kv else 0
     refs: list[SegmentRef] = []
-    for kv in await meta.range(prefix + "segments/"):
-        entry = json.loads(kv.value)
-        base = int(entry.get("base", kv.key.rsplit("/", 1)[-1]))
-        last = int(entry["last"])
-        if base >= next_offset:
+    for kv in await meta.range(segments_prefix(topic, part)):
+        entry = SegmentMeta.from_json(entry_base(kv.key), kv.value)
+        if entry.base >= next_offset:
             continue  # not committed as part of the log end yet
         refs.append(
             SegmentRef(
                 topic=topic,
                 partition=part,
-                base=base,
-                last=min(last, next_offset - 1),
-                size=int(entry.get("bytes", 0)),
-                records=int(entry.get("records", last - base + 1)),
-                etag=str(entry.get("etag", "")),
-                key=partition_prefix(namespace, topic, part) + str(entry["key"])
-                if entry.get("key")
-                else segment_key(namespace, topic, part, base),
+                base=entry.base,
+                last=min(entry.last, next_offset - 1),
+                size=entry.size,
+                records=entry.records,
+                etag=entry.etag,
+                key=partition_prefix(namespace, topic, part) + entry.key
+                if entry.key
+                else segment_key(namespace, topic, part, entry.base),
             )
         )
     refs.sort(key=lambda r: r.base)

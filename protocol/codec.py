@@ -18,10 +18,10 @@ from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import Any
 
+from protocol.apis import ApiKey
+from protocol.apis import is_flexible as _flexible
 from protocol.errors import ErrorCode, KafkaProtocolError
-from protocol.frame import Buffer, first_flexible_version
-
-API_VERSIONS_KEY = 18
+from protocol.frame import Buffer
 
 _MODULES = (
     "kafka.protocol.admin",
@@ -111,17 +111,10 @@ def max_known_version(api_key: int) -> int:
 
 
 def is_flexible(api_key: int, version: int, request: bool = True) -> bool:
-    """Whether ``version`` of ``api_key`` uses the flexible encoding.
-
-    Kafka's request and response schemas of one API share their flexible versions; for
-    keys or versions beyond what kafka-python knows, flexibility is extended monotonically.
-    """
-    table = known_request_classes() if request else known_response_classes()
-    cls = table.get(api_key)
-    if cls is not None and 0 <= version <= cls.max_version:
-        return bool(cls.flexible_version_q(version))
-    first = first_flexible_version(api_key)
-    return first is not None and version >= first
+    """Whether ``version`` of ``api_key`` uses the flexible encoding (``protocol.apis``
+    decides; Kafka's request and response schemas of one API share their flexible
+    versions)."""
+    return _flexible(api_key, version)
 
 
 def decode_request(api_key: int, version: int, body: memoryview) -> Any:
@@ -143,7 +136,7 @@ def decode_request(api_key: int, version: int, body: memoryview) -> Any:
         raise KafkaProtocolError(
             ErrorCode.UNSUPPORTED_VERSION, f"API {api_key} v{version} (max {cls.max_version})"
         )
-    flexible = bool(cls.flexible_version_q(version))
+    flexible = _flexible(api_key, version)
     decode = cls._struct.compiled_decode_from(
         version, compact=flexible, tagged=flexible, data_class=cls
     )
@@ -183,7 +176,7 @@ def buffer_size(buf: Buffer) -> int:
 
 def response_header_flexible(api_key: int, version: int) -> bool:
     """True when the response uses header v1 (flexible, and not ApiVersions)."""
-    return api_key != API_VERSIONS_KEY and is_flexible(api_key, version, request=False)
+    return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version, request=False)
 
 
 def encode_response(

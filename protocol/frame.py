@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import cache
 
+from protocol.apis import is_flexible
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 Buffer = bytes | bytearray | memoryview
@@ -27,20 +27,6 @@ FRAME_SIZE = struct.Struct(">i")
 """The 4-byte big-endian size prefix of every request and response frame."""
 
 _HEADER_FIXED = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id len
-
-# First flexible *request* version of every Kafka API, from Kafka's message schemas
-# (None: never flexible). Used for keys kafka-python does not model; for the keys it does
-# model its own schema wins (tests check both agree). Flexibility is monotonic ("N+"), so a
-# version above the highest known one is flexible iff it is >= the first flexible one.
-_FIRST_FLEXIBLE_STATIC: dict[int, int | None] = {
-    0: 9, 1: 12, 2: 6, 3: 9, 4: 4, 5: 2, 6: 6, 7: 3, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4,
-    13: 4, 14: 4, 15: 5, 16: 3, 17: None, 18: 3, 19: 5, 20: 4, 21: 2, 22: 2, 23: 4,
-    24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 29: 2, 30: 2, 31: 2, 32: 4, 33: 2, 34: 2, 35: 2,
-    36: 2, 37: 2, 38: 2, 39: 2, 40: 2, 41: 2, 42: 2, 43: 2, 44: 1, 45: 0, 46: 0,
-    47: None, 48: 1, 49: 1, 50: 0, 51: 0, 52: 0, 53: 1, 54: 1,
-}  # fmt: skip
-# Every API added after key 54 is flexible from version 0.
-_DEFAULT_FIRST_FLEXIBLE = 0
 
 
 class MalformedFrameError(KafkaProtocolError):
@@ -59,26 +45,10 @@ class RequestHeader:
     size: int  # header bytes consumed: the body starts at frame[size:]
 
 
-@cache
-def first_flexible_version(api_key: int) -> int | None:
-    """The first flexible request version of ``api_key`` (None: the API is never flexible).
-
-    kafka-python's schema is authoritative for the keys it models; otherwise Kafka's
-    schemas as recorded in this module.
-    """
-    from protocol.codec import known_request_classes
-
-    cls = known_request_classes().get(api_key)
-    if cls is not None:
-        flex = cls._flexible_versions
-        return None if flex is None or flex[0] < 0 else int(flex[0])
-    return _FIRST_FLEXIBLE_STATIC.get(api_key, _DEFAULT_FIRST_FLEXIBLE)
-
-
 def is_flexible_request(api_key: int, api_version: int) -> bool:
-    """True when ``api_version`` of ``api_key`` uses the flexible (compact, tagged) encoding."""
-    first = first_flexible_version(api_key)
-    return first is not None and api_version >= first
+    """True when ``api_version`` of ``api_key`` uses the flexible (compact, tagged) encoding
+    (``protocol.apis`` decides, for requests and responses alike)."""
+    return is_flexible(api_key, api_version)
 
 
 def read_frame_size(buf: Buffer, max_size: int = 0x7FFFFFFF) -> int:

@@ -22,7 +22,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.topic_configs import ConfigEntry, ResourceType
 from broker.topics import TopicManager
@@ -68,7 +68,6 @@ def _entry(e: ConfigEntry) -> Any:
     )
 
 
-@api(32, 0, 4)
 async def describe_configs(ctx: RequestContext, request: Any) -> Any:
     topics: TopicManager = ctx.broker.topics
     synonyms = bool(getattr(request, "include_synonyms", False))
@@ -159,7 +158,6 @@ async def _alter(
     return results
 
 
-@api(33, 0, 2)
 async def alter_configs(ctx: RequestContext, request: Any) -> Any:
     results = await _alter(ctx, request, _AlterResult, incremental=False)
     return AlterConfigsResponse(
@@ -167,7 +165,6 @@ async def alter_configs(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-@api(44, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     results = await _alter(ctx, request, _IncrementalResult, incremental=True)
     return IncrementalAlterConfigsResponse(

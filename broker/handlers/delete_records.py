@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from protocol.codec import response_class
 from protocol.errors import ErrorCode, KafkaProtocolError
 
@@ -38,8 +38,7 @@ async def _partition(ctx: RequestContext, topic: str, index: int, offset: int) -
     return _Part(partition_index=index, low_watermark=low, error_code=0)
 
 
-@api(21, 0, 2)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def delete_records(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         parts = [await _partition(ctx, t.name, p.partition_index, p.offset) for p in t.partitions]

@@ -12,14 +12,13 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeClusterResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from protocol.errors import ErrorCode
 
 _Broker = DescribeClusterResponse.DescribeClusterBroker
 
 
-@api(60, 0, 1)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     if getattr(request, "endpoint_type", 1) not in (1,):
         return DescribeClusterResponse(

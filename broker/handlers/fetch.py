@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from broker.handlers.registry import Encoded, RequestContext, api
+from broker.handlers.registry import Encoded, RequestContext
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
 from protocol.errors import ErrorCode, KafkaProtocolError
@@ -137,8 +137,7 @@ async def _collect(
     return FetchResponseData(topics=topics), total
 
 
-@api(1, 4, 16)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     committed = getattr(request, "isolation_level", 0) == 1

@@ -26,7 +26,7 @@ from kafka.protocol.consumer import (
 )
 
 from broker.handlers.groups import coordinator, group_error, guarded
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from groupcoord import OffsetCommit, OffsetRecord, TopicPartition
 from protocol.errors import ErrorCode
 
@@ -96,7 +96,6 @@ def _fetch_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
     return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=int(err))
 
 
-@api(8, 0, 8)
 @guarded(_commit_error)
 async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
@@ -164,7 +163,6 @@ def _meta(rec: OffsetRecord | None) -> str:
     return (rec.metadata or "") if rec is not None else ""
 
 
-@api(9, 0, 8)
 @guarded(_fetch_error)
 async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
@@ -213,7 +211,6 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
 # ---- OffsetDelete ----
 
 
-@api(47, 0, 0)
 @guarded(lambda ctx, r, e: OffsetDeleteResponse(error_code=int(e), throttle_time_ms=0, topics=[]))
 async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     group_id = request.group_id

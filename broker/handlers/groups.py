@@ -41,7 +41,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorResponse
 
-from broker.handlers.registry import Handler, RequestContext, api
+from broker.handlers.registry import Handler, RequestContext
 from groupcoord import GroupCoordinator, JoinRequest, JoinResult
 from protocol.errors import ErrorCode
 
@@ -86,7 +86,9 @@ def group_error(ctx: RequestContext, group_id: str) -> ErrorCode | None:
 
 
 def coordinator(ctx: RequestContext) -> GroupCoordinator:
-    groups: GroupCoordinator = ctx.broker.groups
+    """The group coordinator (callers checked ``group_error`` or ``_find`` first)."""
+    groups = ctx.broker.groups
+    assert groups is not None
     return groups
 
 
@@ -107,7 +109,6 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, int,
     return ErrorCode.NONE, info.node_id, info.host, info.port
 
 
-@api(10, 0, 4)
 async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", 0) or 0
     if ctx.header.api_version >= 4:
@@ -158,7 +159,6 @@ def _join_response(version: int, res: JoinResult) -> Any:
     )
 
 
-@api(11, 0, 9)
 @guarded(
     lambda ctx, r, e: _join_response(ctx.header.api_version, JoinResult(e, member_id=r.member_id))
 )
@@ -184,7 +184,6 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
     return _join_response(version, await coordinator(ctx).join_group(req))
 
 
-@api(14, 0, 5)
 @guarded(lambda ctx, r, e: SyncGroupResponse(throttle_time_ms=0, error_code=int(e), assignment=b""))
 async def sync_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
@@ -209,7 +208,6 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-@api(12, 0, 4)
 @guarded(lambda ctx, r, e: HeartbeatResponse(throttle_time_ms=0, error_code=int(e)))
 async def heartbeat(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
@@ -224,7 +222,6 @@ async def heartbeat(ctx: RequestContext, request: Any) -> Any:
     return HeartbeatResponse(throttle_time_ms=0, error_code=int(err))
 
 
-@api(13, 0, 5)
 @guarded(lambda ctx, r, e: LeaveGroupResponse(throttle_time_ms=0, error_code=int(e), members=[]))
 async def leave_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
@@ -296,14 +293,12 @@ def _describe_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
-@api(15, 0, 5)
 @guarded(_describe_error)
 async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     groups = [await _describe(ctx, g) for g in request.groups or []]
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
-@api(16, 0, 4)
 @guarded(lambda ctx, r, e: ListGroupsResponse(throttle_time_ms=0, error_code=int(e), groups=[]))
 async def list_groups(ctx: RequestContext, request: Any) -> Any:
     if ctx.broker.groups is None:
@@ -320,7 +315,6 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=listed)
 
 
-@api(42, 0, 2)
 @guarded(
     lambda ctx, r, e: DeleteGroupsResponse(
         throttle_time_ms=0,

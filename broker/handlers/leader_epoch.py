@@ -13,7 +13,7 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetForLeaderEpochResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
@@ -35,8 +35,7 @@ async def _partition(ctx: RequestContext, topic: str, p: Any) -> Any:
     return _Part(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end)
 
 
-@api(23, 0, 4)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         parts = [await _partition(ctx, t.topic, p) for p in t.partitions]

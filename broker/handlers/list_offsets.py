@@ -15,7 +15,7 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from broker.logs import LogManager
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
@@ -103,8 +103,7 @@ async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: in
     )
 
 
-@api(2, 0, 8)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     topics = []
     for t in request.topics or ():  # a null topic list asks for nothing

@@ -11,12 +11,14 @@ topic ids; v12 accepts topics requested by id. Authorized operations are not com
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from kafka.protocol.metadata import MetadataResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
+from broker.meta.base import MetaStoreError
 from broker.topics import TopicInfo
 from protocol.errors import ErrorCode
 
@@ -24,6 +26,8 @@ _Broker = MetadataResponse.MetadataResponseBroker
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 _ZERO_UUID = uuid.UUID(int=0)
+
+log = logging.getLogger(__name__)
 
 
 def _topic_entry(ctx: RequestContext, info: TopicInfo) -> Any:
@@ -64,7 +68,11 @@ async def _lookup(ctx: RequestContext, req_topic: Any, auto: bool) -> Any:
         return _topic_entry(ctx, info)
     info = topics.get(name)
     if info is None and auto:
-        info = await topics.ensure(name)
+        try:
+            info = await topics.ensure(name)
+        except MetaStoreError as exc:  # retriable: the client asks again
+            log.warning("auto-creating topic %s failed: %s", name, exc)
+            return _error_entry(ErrorCode.LEADER_NOT_AVAILABLE, name, None)
         if info is None:
             from broker.topics import is_valid_topic_name
 
@@ -79,8 +87,7 @@ async def _lookup(ctx: RequestContext, req_topic: Any, auto: bool) -> Any:
     return _topic_entry(ctx, info)
 
 
-@api(3, 0, 12)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def metadata(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     broker = ctx.broker
     requested = request.topics

@@ -10,18 +10,21 @@ report as a fatal error naming the transactional id.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kafka.protocol.producer import InitProducerIdResponse
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
+from broker.meta.base import MetaStoreError
 from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 MAX_EPOCH = 32767
 
 
-@api(22, 0, 4)
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         return InitProducerIdResponse(
             throttle_time_ms=0,
@@ -35,7 +38,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return InitProducerIdResponse(
             throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch + 1
         )
-    new_pid = await ctx.broker.producer_ids.allocate()
+    try:
+        new_pid = await ctx.broker.producer_ids.allocate()
+    except MetaStoreError as exc:  # retriable: the client asks again
+        log.warning("allocating a producer id failed: %s", exc)
+        return InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     return InitProducerIdResponse(
         throttle_time_ms=0, error_code=0, producer_id=new_pid, producer_epoch=0
     )

@@ -1,4 +1,4 @@
-"""The handler table and the types handlers use.
+"""The types of the route table and of handlers (the table itself: ``routes.py``).
 
 A handler is ``async def handle(ctx, request) -> Response``, where ``request`` is what the
 API's decoder returned (by default the kafka-python ``ApiMessage`` for the version) and the
@@ -16,14 +16,19 @@ response is one of:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.apis import api_name
 from protocol.frame import RequestHeader
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.cluster import Cluster
+    from broker.config import BrokerConfig
+    from broker.logs import LogManager
+    from broker.topics import TopicManager
+    from groupcoord import GroupCoordinator
 
 Buffer = bytes | bytearray | memoryview
 
@@ -31,12 +36,37 @@ log = logging.getLogger(__name__)
 _logged_failures: set[tuple[int, str]] = set()
 
 
+class ProducerIdSource(Protocol):
+    async def allocate(self) -> int: ...
+
+
+class BrokerContext(Protocol):
+    """What handlers use of the broker (``server.Broker`` provides it); handlers depend
+    on this, never on the concrete server."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def topics(self) -> TopicManager: ...
+    @property
+    def logs(self) -> LogManager: ...
+    @property
+    def cluster(self) -> Cluster: ...
+    @property
+    def groups(self) -> GroupCoordinator | None: ...
+    @property
+    def producer_ids(self) -> ProducerIdSource: ...
+    @property
+    def routes(self) -> Routes: ...
+    @property
+    def cluster_id(self) -> str: ...
+
+
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    broker: BrokerContext
     header: RequestHeader
     peer: str = ""  # "host:port" of the client
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +83,8 @@ Decoder = Callable[[memoryview, int], Any]
 
 @dataclass(frozen=True, slots=True)
 class ApiHandler:
+    """One route: an API key, the versions served, its handler and its decoder."""
+
     key: int
     min_version: int
     max_version: int
@@ -60,21 +92,7 @@ class ApiHandler:
     decode: Decoder | None = None  # None: protocol.codec.decode_request
 
 
-REGISTRY: dict[int, ApiHandler] = {}
-
-
-def api(
-    key: int, min_version: int, max_version: int, decode: Decoder | None = None
-) -> Callable[[Handler], Handler]:
-    """Register ``fn`` as the handler of API ``key`` for versions min..max."""
-
-    def wrap(fn: Handler) -> Handler:
-        if key in REGISTRY:
-            raise RuntimeError(f"API key {key} registered twice")
-        REGISTRY[key] = ApiHandler(key, min_version, max_version, fn, decode)
-        return fn
-
-    return wrap
+Routes = Mapping[int, ApiHandler]
 
 
 def handler_failed(api_key: int, version: int, exc: BaseException) -> None:
@@ -83,12 +101,12 @@ def handler_failed(api_key: int, version: int, exc: BaseException) -> None:
     repeating a request that trips it cannot flood the log."""
     key = (api_key, type(exc).__name__)
     if key in _logged_failures:
-        log.debug("API %d v%d failed again: %s", api_key, version, key[1])
+        log.debug("API %s v%d failed again: %s", api_name(api_key), version, key[1])
         return
     _logged_failures.add(key)
     log.error(
-        "API %d v%d handler failed; answered UNKNOWN_SERVER_ERROR",
-        api_key,
+        "API %s v%d handler failed; answered UNKNOWN_SERVER_ERROR",
+        api_name(api_key),
         version,
         exc_info=exc,
     )

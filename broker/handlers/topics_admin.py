@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from broker.handlers.registry import RequestContext, api
+from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.topics import TopicInfo, TopicManager
 from protocol.codec import response_class
@@ -110,7 +110,6 @@ async def _create_one(topics: TopicManager, topic: Any, validate_only: bool) -> 
     return _created(topics, info)
 
 
-@api(19, 0, 7)
 async def create_topics(ctx: RequestContext, request: Any) -> Any:
     topics: TopicManager = ctx.broker.topics
     validate_only = bool(getattr(request, "validate_only", False))
@@ -154,7 +153,6 @@ async def _delete_one(topics: TopicManager, name: str | None, topic_id: uuid.UUI
     return _deleted(name, old.topic_id)
 
 
-@api(20, 0, 6)
 async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     topics: TopicManager = ctx.broker.topics
     version = ctx.header.api_version
@@ -176,7 +174,6 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
 # ---------------------------------------------------------------- CreatePartitions
 
 
-@api(37, 0, 3)
 async def create_partitions(ctx: RequestContext, request: Any) -> Any:
     topics: TopicManager = ctx.broker.topics
     dups = _duplicates([t.name for t in request.topics])

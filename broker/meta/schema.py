@@ -1,14 +1,110 @@
-"""Metadata keys and value codecs of partition logs (docs/format.md, "Metadata keys").
+"""Every metadata key and value codec (docs/format.md, "Metadata keys").
 
-Imports nothing from the server: the broker, maintenance, the CLI and tools build and
-parse these keys and values here and nowhere else.
+Imports nothing from the server: the broker, the CLI, the ingest job and the benchmarks
+build and parse metadata keys and values here and nowhere else.
+
+    /cluster/id                            -> {id}
+    /brokers/{id}                          -> {host, port, rack}                 (leased)
+    /topics/{topic}                        -> TopicInfo
+    /owners/{topic}/{p}                    -> owner_value(broker, epoch, topic id)  (leased)
+    /logs/{topic}/{p}/end                  -> EndValue
+    /logs/{topic}/{p}/segments/{base:020d} -> SegmentMeta (a manifest entry)
+    /logs/{topic}/{p}/epochs/{epoch:010d}  -> start offset of that leader epoch
+    /groups/{group, quoted}/state          -> groupcoord.GroupRecord
+    /groups/{group, quoted}/offsets/{t}/{p}-> groupcoord.OffsetRecord
+    /producers/next-id                     -> next free producer id (decimal)
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from urllib.parse import quote
+
+CLUSTER_ID_KEY = "/cluster/id"
+PRODUCER_ID_KEY = "/producers/next-id"
+BROKERS_PREFIX = "/brokers/"
+TOPICS_PREFIX = "/topics/"
+OWNERS_PREFIX = "/owners/"
+GROUPS_PREFIX = "/groups/"
+
+
+# ---------------------------------------------------------------------------- brokers
+
+
+def broker_key(node_id: int) -> str:
+    return f"{BROKERS_PREFIX}{node_id}"
+
+
+def broker_id_of(key: str) -> int | None:
+    """The node id at the end of a ``/brokers/{id}`` key (None for anything else)."""
+    node = key.rsplit("/", 1)[-1]
+    return int(node) if node.isdigit() else None
+
+
+# ---------------------------------------------------------------------------- topics
+
+
+def topic_key(name: str) -> str:
+    return TOPICS_PREFIX + name
+
+
+def topic_logs_prefix(name: str) -> str:
+    return f"/logs/{name}/"
+
+
+def topic_owners_prefix(name: str) -> str:
+    return f"{OWNERS_PREFIX}{name}/"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic. ``configs`` (the explicitly set keys) is a read-only mapping."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: Mapping[str, str]
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.topic_id, self.partitions))
+
+    def to_json(self) -> bytes:
+        doc = {
+            "id": str(self.topic_id),
+            "partitions": self.partitions,
+            "configs": dict(self.configs),
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    @staticmethod
+    def from_json(name: str, value: bytes) -> TopicInfo:
+        doc = json.loads(value)
+        configs = {str(k): str(v) for k, v in dict(doc.get("configs") or {}).items()}
+        return TopicInfo(
+            name, uuid.UUID(doc["id"]), int(doc["partitions"]), MappingProxyType(configs)
+        )
+
+
+# ---------------------------------------------------------------------------- groups
+
+
+def group_prefix(group_id: str) -> str:
+    return f"{GROUPS_PREFIX}{quote(group_id, safe='')}/"
+
+
+def group_state_key(group_id: str) -> str:
+    return group_prefix(group_id) + "state"
+
+
+def group_offset_key(group_id: str, topic: str, partition: int) -> str:
+    return f"{group_prefix(group_id)}offsets/{topic}/{partition}"
+
+
+# ---------------------------------------------------------------------------- partition logs
 
 
 def end_key(topic: str, partition: int) -> str:
@@ -74,9 +170,69 @@ def owner_value(broker: int, epoch: int, topic_id: uuid.UUID) -> bytes:
     ).encode()
 
 
+def owner_of_key(key: str) -> tuple[str, int] | None:
+    """(topic, partition) of an ``/owners/{topic}/{p}`` key (None for anything else)."""
+    parts = key.split("/")  # ["", "owners", topic, partition]
+    if len(parts) != 4 or parts[1] != "owners" or not parts[3].isdigit():
+        return None
+    return parts[2], int(parts[3])
+
+
 def owner_broker(value: bytes) -> int | None:
     """The broker id in an owner value (None when unreadable)."""
     try:
         return int(json.loads(value)["broker"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMeta:
+    """A committed manifest entry (``/logs/{t}/{p}/segments/{base:020d}``)."""
+
+    base: int
+    last: int
+    size: int
+    records: int
+    max_ts: int
+    etag: str
+    # object name under ``{ns}/{t}/{p}/`` when it is not ``segment-{base:020d}.kfs``
+    # (merged segments: ``segment-{base:020d}-{last:020d}.kfs``, docs/format.md)
+    key: str = ""
+    # wall-clock ms when the data was written (-1: unknown); retention.ms counts from
+    # the later of this and max_ts, so data produced with old timestamps is not dropped
+    # the moment it lands (Kafka keeps it in its active segment; ours are small)
+    created_ms: int = -1
+
+    @property
+    def retention_ts(self) -> int:
+        return max(self.max_ts, self.created_ms)
+
+    def to_json(self) -> bytes:
+        d: dict[str, int | str] = {
+            "base": self.base,
+            "last": self.last,
+            "bytes": self.size,
+            "records": self.records,
+            "max_ts": self.max_ts,
+            "etag": self.etag,
+        }
+        if self.key:
+            d["key"] = self.key
+        if self.created_ms >= 0:
+            d["created"] = self.created_ms
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, base: int, value: bytes) -> SegmentMeta:
+        d = json.loads(value)
+        return cls(
+            base,
+            int(d["last"]),
+            int(d["bytes"]),
+            int(d["records"]),
+            int(d.get("max_ts", -1)),
+            str(d.get("etag", "")),
+            str(d.get("key", "")),
+            int(d.get("created", -1)),
+        )

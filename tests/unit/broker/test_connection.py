@@ -21,7 +21,6 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker.config import BrokerConfig
 from broker.connection import Connection
-from broker.handlers import REGISTRY
 from broker.handlers.registry import ApiHandler
 from broker.server import Broker
 from protocol.batch import crc32c
@@ -238,15 +237,17 @@ async def test_handler_failure_answers_unknown_server_error(broker: Broker) -> N
     async def broken(ctx: Any, request: Any) -> Any:
         raise TypeError("bug")
 
-    real = REGISTRY[60]
-    REGISTRY[60] = ApiHandler(real.key, real.min_version, real.max_version, broken, real.decode)
+    real = broker.routes[60]
+    broker.routes[60] = ApiHandler(
+        real.key, real.min_version, real.max_version, broken, real.decode
+    )
     c = await connect(broker)
     try:
         resp = await c.call(DescribeClusterRequest(), DescribeClusterResponse, 0)
         assert resp.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
         assert await c.alive()
     finally:
-        REGISTRY[60] = real
+        broker.routes[60] = real
         c.close()
 
 
@@ -261,14 +262,14 @@ async def test_store_unavailable_closes_so_clients_retry(broker: Broker) -> None
     async def unavailable(ctx: Any, request: Any) -> Any:
         raise MetaStoreError("etcd unavailable")
 
-    real = REGISTRY[60]
-    REGISTRY[60] = ApiHandler(real.key, real.min_version, real.max_version, unavailable, None)
+    real = broker.routes[60]
+    broker.routes[60] = ApiHandler(real.key, real.min_version, real.max_version, unavailable, None)
     c = await connect(broker)
     try:
         with pytest.raises(asyncio.IncompleteReadError):
             await c.call(DescribeClusterRequest(), DescribeClusterResponse, 0)
     finally:
-        REGISTRY[60] = real
+        broker.routes[60] = real
         c.close()
     other = await connect(broker)
     try:

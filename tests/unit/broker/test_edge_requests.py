@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from broker.config import BrokerConfig
-from broker.handlers import load_all
+from broker.handlers.routes import build_routes
 from broker.server import Broker
 from protocol.codec import request_class, response_class
 
@@ -48,7 +48,7 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
 
 def _cases() -> list[tuple[int, int]]:
     out = []
-    for key, api in sorted(load_all().items()):
+    for key, api in sorted(build_routes().items()):
         try:
             request_class(key)
         except Exception:

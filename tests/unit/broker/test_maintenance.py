@@ -547,7 +547,7 @@ async def test_pending_deletions_spare_a_recreated_topic(tmp_path: Path) -> None
 async def test_delete_records_handler_every_version(node: Broker, version: int) -> None:
     from kafka.protocol.admin import DeleteRecordsRequest
 
-    from broker.handlers.delete_records import handle
+    from broker.handlers.delete_records import delete_records as handle
     from broker.handlers.registry import RequestContext
     from protocol.codec import decode_request, response_class
     from protocol.frame import RequestHeader

@@ -8,10 +8,12 @@ entries and log ends are written to a real ``MetaStore`` with the broker's key l
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.meta.base import MetaStore
+from broker.meta.schema import TopicInfo, topic_key
 from protocol.records import build_batch
 from segments.format import build_segment, segment_key
 from segments.store import Buffer, ObjectStore
@@ -37,8 +39,8 @@ def json_value(topic: str, partition: int, offset: int) -> bytes:
 
 
 async def create_topic(meta: MetaStore, topic: str, partitions: int) -> None:
-    value = {"id": f"id-{topic}", "partitions": partitions, "configs": {}}
-    await meta.put(f"/topics/{topic}", json.dumps(value).encode())
+    info = TopicInfo(topic, uuid.uuid5(uuid.NAMESPACE_URL, topic), partitions, {})
+    await meta.put(topic_key(topic), info.to_json())
 
 
 @dataclass(slots=True)

@@ -8,14 +8,13 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from protocol.codec import known_request_classes
+from protocol.apis import FIRST_FLEXIBLE, ApiKey, api_name, first_flexible_version
+from protocol.codec import known_request_classes, known_response_classes
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import (
-    _FIRST_FLEXIBLE_STATIC,
     FRAME_SIZE,
     MalformedFrameError,
     RequestHeader,
-    first_flexible_version,
     is_flexible_request,
     parse_request_header,
     read_frame_size,
@@ -94,13 +93,23 @@ def test_unknown_keys_and_versions(key: int, version: int, flexible: bool) -> No
     assert hdr == RequestHeader(key, version, -5, None, len(raw) - 4)
 
 
-def test_static_flexible_table_matches_kafka_python() -> None:
-    for key, cls in known_request_classes().items():
-        flex = cls._flexible_versions
-        expected = None if flex is None or flex[0] < 0 else flex[0]
-        assert first_flexible_version(key) == expected
-        if key in _FIRST_FLEXIBLE_STATIC:
-            assert _FIRST_FLEXIBLE_STATIC[key] == expected, key
+def test_flexible_table_matches_kafka_python_for_every_version() -> None:
+    """protocol.apis alone decides flexibility; kafka-python's generated classes (from
+    Kafka's schemas) must agree, request and response, version by version."""
+    for table in (known_request_classes(), known_response_classes()):
+        for key, cls in table.items():
+            flex = cls._flexible_versions
+            expected = None if flex is None or flex[0] < 0 else flex[0]
+            assert first_flexible_version(key) == expected, key
+            assert key in FIRST_FLEXIBLE or key > 54, key
+            for version in range(cls.min_version, cls.max_version + 1):
+                assert is_flexible_request(key, version) == bool(cls.flexible_version_q(version))
+
+
+def test_api_keys_by_name() -> None:
+    assert ApiKey.API_VERSIONS == 18 and ApiKey(0) is ApiKey.PRODUCE
+    assert api_name(1) == "FETCH" and api_name(999) == "key 999"
+    assert [k.value for k in ApiKey] == list(range(len(ApiKey)))  # no key skipped
 
 
 def test_every_truncation_of_a_header_raises() -> None:
