@@ -130,7 +130,9 @@ class EnvParser:
         try:
             value = opt.convert(raw) if opt.convert is not None else raw
         except (ValueError, argparse.ArgumentTypeError) as exc:
-            self.error(f"{env_name(opt.flag)}={raw!r}: {exc}")
+            kind = getattr(opt.convert, "__name__", "")
+            reason = f"invalid {kind} value" if kind in ("int", "float") else str(exc)
+            self.error(f"{env_name(opt.flag)}={raw!r}: {reason}")
         if opt.choices is not None and value not in opt.choices:
             self.error(f"{env_name(opt.flag)}={raw!r}: choose from {', '.join(opt.choices)}")
         return value

@@ -36,6 +36,7 @@ print(json.dumps(sorted(sys.modules)))
         (["groups", "--help"], ["pyspark", "pyiceberg", "pyarrow", "ingest_job", "broker.server"]),
         (["broker", "--help"], ["pyspark", "pyiceberg", "ingest_job", "kafka"]),
         (["segments", "inspect", "--help"], ["pyspark", "pyiceberg", "broker.server"]),
+        (["ingest", "--help"], ["pyspark", "pyiceberg", "pyarrow", "broker.server"]),
         ([], ["pyspark", "pyiceberg", "ingest_job", "broker.server", "broker.cli_groups"]),
     ],
 )

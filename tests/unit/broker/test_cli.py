@@ -77,7 +77,7 @@ def test_defaults_then_env_then_flag(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("var", "value", "message"),
     [
-        ("KAFSCALE_COUNT", "many", "KAFSCALE_COUNT='many'"),
+        ("KAFSCALE_COUNT", "many", "KAFSCALE_COUNT='many': invalid int value"),
         ("KAFSCALE_MODE", "c", "KAFSCALE_MODE='c': choose from a, b"),
         ("KAFSCALE_FAST", "sometimes", "KAFSCALE_FAST='sometimes': not a boolean"),
     ],
