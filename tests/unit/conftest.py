@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-SERVER_FIXTURES = frozenset({"etcd_url", "moto_s3", "seaweedfs_s3", "shared_broker", "broker"})
+# the session fixtures of tests/fixtures/ that start servers (the per-test ``broker``
+# fixture is left out: its name is too common to tell it from a local fixture)
+SERVER_FIXTURES = frozenset({"etcd_url", "moto_s3", "seaweedfs_s3", "shared_broker"})
 UNIT_DIR = Path(__file__).resolve().parent
 
 
