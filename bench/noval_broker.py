@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-import broker.cli as cli
+import broker.cli_broker as cli
 from broker.config import BrokerConfig
 
 _parse = cli.config_from_args

@@ -1,296 +1,236 @@
-"""The ``kafscale`` command line (DESIGN §10).
+"""The ``kafscale`` command line: one layer under every sub-command (DESIGN §10).
 
-Every flag of ``kafscale broker`` can also be set by an environment variable
-``KAFSCALE_<FLAG>`` (upper case, ``-`` becomes ``_``); a flag on the command line wins.
+- **Environment fallback**: every flag ``--some-flag`` of every sub-command can also be
+  given as ``KAFSCALE_SOME_FLAG`` (upper case, ``-`` becomes ``_``); a flag on the command
+  line wins. :class:`EnvParser` is the argparse parser that does it.
+- **Booleans**: :func:`parse_bool` and its one list of true and false strings.
+- **Dispatch**: :data:`COMMANDS` maps a command (``broker``, ``segments inspect``, ...) to
+  the ``module:function`` that runs it; the module is imported only when that command
+  runs, so ``kafscale groups`` never loads Spark. A command whose optional dependency is
+  missing (the ingest extras) exits with one line naming what to install.
+
+To add a command, add a row to :data:`COMMANDS`; its function takes the remaining
+arguments and returns the exit code.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
+import importlib
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import fields
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, TextIO, cast
 
-from broker.config import BrokerConfig
-
-_DEFAULTS = BrokerConfig()
-LOCAL_FLUSH_INTERVAL_MS = 2  # a local directory commits in a few ms
-S3_FLUSH_INTERVAL_MS = 5  # an S3 PUT takes tens of ms: batch a little more
-
-# flag -> (config field, type, help)
-_BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
-    ("listen", "", str, "HOST:PORT to listen on (default 127.0.0.1:9092)"),
-    ("advertised-listener", "", str, "HOST:PORT clients are told (default: --listen)"),
-    (
-        "store",
-        "store_url",
-        str,
-        "object store: file://DIR or s3://BUCKET/PREFIX?endpoint=URL"
-        "&region=R&access_key=K&secret_key=S (default file://./data)",
-    ),
-    ("meta", "meta_url", str, "metadata store: embedded or etcd://HOST:PORT[,HOST:PORT]"),
-    ("data-dir", "data_dir", str, "directory of the embedded metadata store (default ./data)"),
-    ("meta-prefix", "meta_prefix", str, "key prefix in the metadata store (default /kafscale)"),
-    ("namespace", "namespace", str, "object key namespace (default 'default')"),
-    ("node-id", "node_id", int, "this broker's id, unique in the cluster (default 0)"),
-    ("rack", "rack", str, "rack reported in Metadata"),
-    ("http", "http", str, "HOST:PORT for /healthz /readyz /metrics (default off)"),
-    (
-        "auto-create-topics",
-        "auto_create_topics",
-        lambda v: v.lower() in ("1", "true", "yes"),
-        "create topics on first Metadata/Produce (default true)",
-    ),
-    ("default-partitions", "default_partitions", int, "partitions of auto-created topics"),
-    ("flush-bytes", "flush_bytes", int, "flush a partition's buffer at this size"),
-    (
-        "flush-interval-ms",
-        "flush_interval_ms",
-        int,
-        "flush buffers at most this old (ms; default 2 on file://, 5 on s3://)",
-    ),
-    ("cache-bytes", "cache_bytes", int, "segment cache size in bytes"),
-    (
-        "merge-interval-ms",
-        "merge_interval_ms",
-        int,
-        "how often the owner merges small segments (default 1000; 0 = never)",
-    ),
-    (
-        "merge-small-bytes",
-        "merge_small_bytes",
-        int,
-        "segments smaller than this are merged (default 1048576)",
-    ),
-    ("merge-max-bytes", "merge_max_bytes", int, "largest merged segment (default 16777216)"),
-    (
-        "merge-min-segments",
-        "merge_min_segments",
-        int,
-        "merge runs of at least this many small segments (default 4)",
-    ),
-    (
-        "merge-min-age-ms",
-        "merge_min_age_ms",
-        int,
-        "merge only segments committed at least this long ago (default 2000)",
-    ),
-    (
-        "retention-check-interval-ms",
-        "retention_check_interval_ms",
-        int,
-        "how often retention.ms/retention.bytes are enforced (default 30000; 0 = never)",
-    ),
-    (
-        "segment-delete-grace-ms",
-        "segment_delete_grace_ms",
-        int,
-        "delay before merged-away or expired segment objects are deleted (default 60000)",
-    ),
-    (
-        "connection-inflight-bytes",
-        "connection_inflight_bytes",
-        int,
-        "unanswered request bytes per connection before it stops reading",
-    ),
-    (
-        "broker-inflight-bytes",
-        "broker_inflight_bytes",
-        int,
-        "unanswered request bytes per broker before connections stop reading",
-    ),
-    ("max-request-bytes", "max_request_bytes", int, "largest request frame accepted"),
-    (
-        "queued-max-request-bytes",
-        "queued_max_request_bytes",
-        int,
-        "announced bytes of partially received frames per broker (default 268435456)",
-    ),
-    (
-        "request-read-timeout-ms",
-        "request_read_timeout_ms",
-        int,
-        "close a connection whose frame is incomplete this long after its length (default 60000)",
-    ),
-    ("lease-ttl", "lease_ttl_s", int, "metadata lease TTL in seconds (default 10)"),
-    (
-        "group-min-session-timeout-ms",
-        "group_min_session_timeout_ms",
-        int,
-        "smallest consumer session timeout accepted (default 6000)",
-    ),
-    (
-        "group-max-session-timeout-ms",
-        "group_max_session_timeout_ms",
-        int,
-        "largest consumer session timeout accepted (default 1800000)",
-    ),
-    (
-        "group-initial-rebalance-delay-ms",
-        "group_initial_rebalance_delay_ms",
-        int,
-        "wait for more members before the first rebalance of an empty group (default 0)",
-    ),
-    (
-        "offsets-retention-minutes",
-        "offsets_retention_minutes",
-        int,
-        "committed offsets of empty groups expire after this (default 10080)",
-    ),
-    ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
-]
+ENV_PREFIX = "KAFSCALE_"
+TRUE_STRINGS = frozenset({"1", "true", "yes", "on"})
+FALSE_STRINGS = frozenset({"0", "false", "no", "off", ""})
 
 
-def _env(flag: str) -> str | None:
-    return os.environ.get("KAFSCALE_" + flag.upper().replace("-", "_"))
+# ------------------------------------------------------------------ environment and booleans
 
 
-def _split_hostport(value: str, default_port: int) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    if not host:
-        return value, default_port
-    return host.strip("[]"), int(port)
+def env_name(flag: str) -> str:
+    """``--flush-bytes`` -> ``KAFSCALE_FLUSH_BYTES``."""
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
 
 
-def broker_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="kafscale broker",
-        description="Run a Kafka-compatible broker. Each flag also reads KAFSCALE_<FLAG>.",
-    )
-    for flag, _field, _typ, help_ in _BROKER_FLAGS:
-        env = "KAFSCALE_" + flag.upper().replace("-", "_")
-        p.add_argument(f"--{flag}", default=None, help=f"{help_} [env {env}]")
-    return p
+def env_value(flag: str) -> str | None:
+    """The value of ``flag``'s environment variable, or None when it is not set."""
+    return os.environ.get(env_name(flag))
 
 
-def config_from_args(argv: list[str]) -> tuple[BrokerConfig, str]:
-    args = vars(broker_parser().parse_args(argv))
-    values: dict[str, Any] = {}
-    raw: dict[str, str] = {}
-    for flag, field, typ, _help in _BROKER_FLAGS:
-        v = args.get(flag.replace("-", "_"))
-        if v is None:
-            v = _env(flag)
-        if v is None:
-            continue
-        raw[flag] = v
-        if field:
-            values[field] = typ(v)
-    host, port = _split_hostport(raw.get("listen", "127.0.0.1:9092"), 9092)
-    values["listen_host"], values["listen_port"] = host, port
-    adv = raw.get("advertised-listener")
-    if adv:
-        ahost, aport = _split_hostport(adv, port)
-    else:
-        ahost, aport = (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"), port
-    values["advertised_host"], values["advertised_port"] = ahost, aport
-    store = str(values.get("store_url", ""))
-    if store and "://" not in store:
-        values["store_url"] = "file://" + store
-    if "flush_interval_ms" not in values:  # measured defaults (docs/benchmarks.md)
-        s3 = str(values.get("store_url", "")).startswith("s3://")
-        values["flush_interval_ms"] = S3_FLUSH_INTERVAL_MS if s3 else LOCAL_FLUSH_INTERVAL_MS
-    known = {f.name for f in fields(BrokerConfig)}
-    return BrokerConfig(**{k: v for k, v in values.items() if k in known}), raw.get(
-        "log-level", "INFO"
+def parse_bool(text: str) -> bool:
+    """``1/true/yes/on`` -> True, ``0/false/no/off`` or empty -> False (any case);
+    anything else raises ValueError."""
+    value = text.strip().lower()
+    if value in TRUE_STRINGS:
+        return True
+    if value in FALSE_STRINGS:
+        return False
+    raise ValueError(
+        f"not a boolean: {text!r} (true: {', '.join(sorted(TRUE_STRINGS))}; "
+        f"false: {', '.join(sorted(s for s in FALSE_STRINGS if s))})"
     )
 
 
-M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
-MMAP_THRESHOLD_BYTES = 128 * 1024
-
-
-def _fixed_mmap_threshold() -> None:
-    """Serve every allocation above 128 KiB (segments, request frames) with its own mmap,
-    so freeing it returns the memory to the OS. glibc otherwise raises the threshold after
-    such blocks are freed and keeps later ones in the heap: the broker's RSS then grew
-    ~100 MiB past its configured buffers under sustained load (docs/benchmarks.md). The
-    cost: page faults on each new frame (a frame-buffer pool would remove it)."""
+def bool_arg(text: str) -> bool:
+    """:func:`parse_bool` as an argparse ``type``."""
     try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
+        return parse_bool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _run_broker(argv: list[str]) -> int:
-    _fixed_mmap_threshold()
-    config, level = config_from_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from broker.server import serve
-
-    try:
-        import uvloop
-
-        runner: Callable[..., object] = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        runner = asyncio.run
-    try:
-        runner(serve(config))
-    except OSError as exc:
-        logging.getLogger("kafscale").error("cannot start broker: %s", exc)
-        return 1
-    return 0
+@dataclass(frozen=True, slots=True)
+class _EnvOption:
+    flag: str
+    dest: str
+    default: Any
+    convert: Callable[[str], Any] | None
+    choices: Sequence[str] | None
 
 
-def _run_segments(argv: list[str]) -> int:
-    if not argv or argv[0] != "inspect":
-        print("usage: kafscale segments inspect PATH|URL [--verify]", file=sys.stderr)
-        return 2
-    from segments.inspect import main as inspect_main
+class EnvParser:
+    """An ``argparse.ArgumentParser`` whose options fall back to ``KAFSCALE_<FLAG>``.
 
-    return inspect_main(argv[1:])
+    Options are added with :meth:`option` (a value) and :meth:`switch` (on/off); add
+    anything else (positionals, sub-parsers) to :attr:`parser` directly. After parsing, an
+    option not given on the command line takes its environment variable, else its default;
+    a bad environment value is a usage error naming the variable (exit 2).
+    """
+
+    def __init__(self, prog: str, description: str | None = None) -> None:
+        self.parser = argparse.ArgumentParser(prog=prog, description=description)
+        self._options: list[_EnvOption] = []
+
+    def option(
+        self,
+        flag: str,
+        help: str,
+        *,
+        default: Any = None,
+        type: Callable[[str], Any] | None = None,
+        choices: Sequence[str] | None = None,
+    ) -> None:
+        """``flag VALUE``. A string ``default`` goes through ``type`` like a given value."""
+        action = self.parser.add_argument(
+            flag,
+            default=None,
+            type=type or str,
+            choices=choices,
+            help=f"{help} (env {env_name(flag)})",
+        )
+        self._options.append(_EnvOption(flag, action.dest, default, type, choices))
+
+    def switch(self, flag: str, help: str) -> None:
+        """``flag`` alone turns it on; ``KAFSCALE_<FLAG>`` is read with :func:`parse_bool`."""
+        action = self.parser.add_argument(
+            flag, action="store_const", const=True, default=None,
+            help=f"{help} (env {env_name(flag)}=true)",
+        )  # fmt: skip
+        self._options.append(_EnvOption(flag, action.dest, False, parse_bool, None))
+
+    def parse_args(self, argv: Sequence[str]) -> argparse.Namespace:
+        ns = self.parser.parse_args(list(argv))
+        for opt in self._options:
+            if getattr(ns, opt.dest, None) is not None:
+                continue  # the flag wins
+            raw = env_value(opt.flag)
+            if raw is not None:
+                setattr(ns, opt.dest, self._from_env(opt, raw))
+            elif isinstance(opt.default, str) and opt.convert is not None:
+                setattr(ns, opt.dest, opt.convert(opt.default))
+            else:
+                setattr(ns, opt.dest, opt.default)
+        return ns
+
+    def _from_env(self, opt: _EnvOption, raw: str) -> Any:
+        try:
+            value = opt.convert(raw) if opt.convert is not None else raw
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            kind = getattr(opt.convert, "__name__", "")
+            reason = f"invalid {kind} value" if kind in ("int", "float") else str(exc)
+            self.error(f"{env_name(opt.flag)}={raw!r}: {reason}")
+        if opt.choices is not None and value not in opt.choices:
+            self.error(f"{env_name(opt.flag)}={raw!r}: choose from {', '.join(opt.choices)}")
+        return value
+
+    def error(self, message: str) -> NoReturn:
+        self.parser.error(message)
+
+    def format_help(self) -> str:
+        return self.parser.format_help()
 
 
-def _run_partitions(argv: list[str]) -> int:
-    from broker.repair import main as repair_main
-
-    return repair_main(argv)
+# ------------------------------------------------------------------------------- dispatch
 
 
-def _run_groups(argv: list[str]) -> int:
-    from broker.cli_groups import main as groups_main
-
-    return groups_main(argv)
-
-
-def _run_ingest(argv: list[str]) -> int:
-    from ingest_job.cli import main as ingest_main
-
-    return ingest_main(argv)
+@dataclass(frozen=True, slots=True)
+class Command:
+    target: str  # "module:function"; the function takes argv and returns the exit code
+    summary: str
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "broker": _run_broker,
-    "segments": _run_segments,
-    "groups": _run_groups,
-    "partitions": _run_partitions,
-    "ingest": _run_ingest,
+#: command words -> what runs them. The longest match of the leading arguments wins.
+COMMANDS: dict[str, Command] = {
+    "broker": Command("broker.cli_broker:main", "run a broker (kafscale broker --help)"),
+    "groups": Command(
+        "broker.cli_groups:main", "list | describe GROUP | reset-offsets ... | delete GROUP"
+    ),
+    "segments inspect": Command("segments.inspect:main", "PATH|URL [--verify]: validate a segment"),
+    "partitions truncate": Command(
+        "broker.repair:truncate_main", "TOPIC PARTITION --to N: cut a partition back (repair)"
+    ),
+    "ingest": Command("ingest_job.cli:main", "turn committed segments into Iceberg tables"),
+    "ingest maintain": Command(
+        "ingest_job.cli:maintain_main", "compact, expire snapshots, remove orphan files"
+    ),
+}
+
+#: optional top-level modules -> what to install when one is missing
+OPTIONAL_MODULES: dict[str, str] = {
+    name: "install the ingest extras: pip install 'kafscale[ingest]'"
+    for name in ("pyspark", "pyiceberg", "pyarrow", "py4j")
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print(
-            "usage: kafscale {broker,groups,segments,partitions,ingest} ...\n\n"
-            "  broker     run a broker (kafscale broker --help)\n"
-            "  groups     list | describe GROUP | reset-offsets ... | delete GROUP\n"
-            "  segments   inspect PATH|URL [--verify]\n"
-            "  partitions truncate TOPIC PARTITION --to OFFSET [--execute]\n"
-            "  ingest     turn committed segments into Iceberg tables",
-            file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout,
-        )
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    return COMMANDS[argv[0]](argv[1:])
+def missing_optional(exc: ModuleNotFoundError) -> str | None:
+    """The one-line advice for a missing optional module, or None for any other."""
+    root = (exc.name or "").partition(".")[0]
+    hint = OPTIONAL_MODULES.get(root)
+    return f"{root} is not installed; {hint}" if hint else None
+
+
+def run_guarded(prog: str, func: Callable[[list[str]], int], argv: Sequence[str]) -> int:
+    """``func(argv)``, turning a missing optional dependency into one line and exit 1."""
+    try:
+        return func(list(argv))
+    except ModuleNotFoundError as exc:
+        advice = missing_optional(exc)
+        if advice is None:
+            raise
+        print(f"{prog}: {advice}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _load(target: str) -> Callable[[list[str]], int]:
+    module, _, func = target.partition(":")
+    return cast(Callable[[list[str]], int], getattr(importlib.import_module(module), func))
+
+
+def _match(argv: Sequence[str]) -> str | None:
+    for n in range(min(len(argv), 3), 0, -1):
+        name = " ".join(argv[:n])
+        if name in COMMANDS:
+            return name
+    return None
+
+
+def usage(prefix: str = "") -> str:
+    """Usage of every command (or of those starting with ``prefix``)."""
+    names = [n for n in COMMANDS if not prefix or n.split()[0] == prefix]
+    width = max(len(n) for n in names)
+    tops = ",".join(dict.fromkeys(n.split()[0] for n in names))  # in table order
+    head = f"usage: kafscale {prefix} ..." if prefix else f"usage: kafscale {{{tops}}} ..."
+    return "\n".join([head, ""] + [f"  {n.ljust(width)}   {COMMANDS[n].summary}" for n in names])
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point of ``kafscale``: dispatch to the command's module."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    name = _match(args)
+    if name is None:
+        known = bool(args) and any(n.split()[0] == args[0] for n in COMMANDS)
+        helping = bool(set(args[: 2 if known else 1]) & {"-h", "--help"})
+        text = usage(args[0] if known else "")
+        if args and not known and not helping:
+            text = f"kafscale: unknown command {args[0]!r}\n{text}"
+        print(text, file=(out or sys.stdout) if helping else sys.stderr)
+        return 0 if helping else 2
+    rest = args[len(name.split()) :]
+    return run_guarded(f"kafscale {name}", lambda a: _load(COMMANDS[name].target)(a), rest)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ or 127.0.0.1:9092.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import sys
 import warnings
@@ -24,17 +23,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from broker.cli import EnvParser
+
 EXIT_OK, EXIT_ERROR = 0, 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kafscale groups", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--bootstrap",
-        default=os.environ.get("KAFSCALE_BOOTSTRAP", "127.0.0.1:9092"),
-        help="broker HOST:PORT (env KAFSCALE_BOOTSTRAP; default 127.0.0.1:9092)",
-    )
-    sub = p.add_subparsers(dest="command", required=True)
+def _parser() -> EnvParser:
+    pp = EnvParser("kafscale groups", description=__doc__.split("\n\n")[0])
+    pp.option("--bootstrap", "broker HOST:PORT (default 127.0.0.1:9092)", default="127.0.0.1:9092")
+    sub = pp.parser.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", help="list consumer groups")
     ls.add_argument("--state", nargs="?", const="", default=None, help="show states [filter]")
     d = sub.add_parser("describe", help="offsets, lag and members of groups")
@@ -52,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("groups", nargs="+")
     for sp in (ls, d, r, x):
         sp.add_argument("--bootstrap", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    return p
+    return pp
 
 
 def _admin(bootstrap: str) -> Any:

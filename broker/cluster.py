@@ -159,7 +159,7 @@ class Cluster:
         except TimeoutError:
             return
         finally:
-            await watch.aclose()  # type: ignore[attr-defined]
+            await watch.aclose()
 
     def lease_valid(self) -> bool:
         """Whether this broker's lease is known to be alive right now."""
@@ -230,7 +230,7 @@ class Cluster:
                 revision = await self._resync(self._sync_brokers)
                 self._notify()
             finally:
-                await watch.aclose()  # type: ignore[attr-defined]
+                await watch.aclose()
 
     async def _watch_owners(self, revision: int) -> None:
         while True:
@@ -243,7 +243,7 @@ class Cluster:
                 log.warning("owner watch failed (%s); resuming", exc)
                 revision = await self._resync(self._sync_owners)
             finally:
-                await watch.aclose()  # type: ignore[attr-defined]
+                await watch.aclose()
 
     async def _resync(self, sync: Callable[[], Awaitable[int]]) -> int:
         """After a failed watch: read the whole state again (events may have been missed,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,6 @@ class BrokerConfig:
     broker_inflight_bytes: int = 512 * 1024 * 1024
     # read path (DESIGN §7)
     cache_bytes: int = 256 * 1024 * 1024
-    read_ahead_bytes: int = 4 * 1024 * 1024
     index_interval: int = 100
     # log maintenance on the partition owner (broker/maintenance.py, docs/format.md)
     merge_interval_ms: int = 1000  # 0: never merge small segments
@@ -58,7 +57,6 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def new_cluster_id() -> str:

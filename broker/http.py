@@ -1,77 +1,77 @@
-"""A tiny HTTP endpoint for probes and Prometheus: /healthz, /readyz, /metrics.
+"""The broker's HTTP endpoint (``--http HOST:PORT``), served by aiohttp:
 
-No framework: one asyncio server answering GET requests with short bodies.
+- ``/healthz``: 200 while the process is up;
+- ``/readyz``: 200 once the broker has started (registered, topics loaded, listening),
+  503 before;
+- ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from broker.metrics import broker_registry, exposition
 
 if TYPE_CHECKING:
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
 
-
-def metrics_text(broker: Broker) -> str:
-    logs = broker.logs
-    lines = [
-        "# TYPE kafscale_connections gauge",
-        f"kafscale_connections {len(broker.connections)}",
-        "# TYPE kafscale_inflight_bytes gauge",
-        f"kafscale_inflight_bytes {broker.inflight}",
-        "# TYPE kafscale_pending_bytes gauge",
-        f"kafscale_pending_bytes {logs.pending_bytes}",
-        "# TYPE kafscale_partitions_owned gauge",
-        f"kafscale_partitions_owned {len(logs.logs)}",
-        "# TYPE kafscale_topics gauge",
-        f"kafscale_topics {len(broker.topics.all())}",
-        "# TYPE kafscale_live_brokers gauge",
-        f"kafscale_live_brokers {len(broker.cluster.brokers())}",
-        "# TYPE kafscale_segment_cache_bytes gauge",
-        f"kafscale_segment_cache_bytes {logs.cache.bytes}",
-        "# TYPE kafscale_segment_cache_hits_total counter",
-        f"kafscale_segment_cache_hits_total {logs.cache.hits}",
-        "# TYPE kafscale_segment_cache_misses_total counter",
-        f"kafscale_segment_cache_misses_total {logs.cache.misses}",
-    ]
-    for name, value in sorted(logs.stats.items()):
-        lines += [f"# TYPE kafscale_{name}_total counter", f"kafscale_{name}_total {value}"]
-    return "\n".join(lines) + "\n"
+TEXT = "text/plain"
+SHUTDOWN_TIMEOUT_S = 2.0  # a scrape in progress at broker shutdown gets this long
 
 
-async def start_http(broker: Broker, hostport: str) -> asyncio.Server:
-    host, _, port = hostport.rpartition(":")
+class HttpServer:
+    """``start()`` binds and serves; ``stop()`` closes the listener and open requests."""
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass
-            parts = line.decode("latin-1").split()
-            path = parts[1] if len(parts) > 1 else "/"
-            status, body = "404 Not Found", "not found\n"
-            if path == "/healthz":
-                status, body = "200 OK", "ok\n"
-            elif path == "/readyz":
-                ready = broker.started.is_set()
-                status, body = (
-                    ("200 OK", "ready\n") if ready else ("503 Service Unavailable", "starting\n")
-                )
-            elif path == "/metrics":
-                status, body = "200 OK", metrics_text(broker)
-            data = body.encode()
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-                + data
-            )
-            await writer.drain()
-        except (TimeoutError, ConnectionError) as exc:
-            log.debug("http client went away: %s", exc)
-        finally:
-            writer.close()
+    def __init__(self, broker: Broker, hostport: str) -> None:
+        host, _, port = hostport.rpartition(":")
+        self.host = host.strip("[]") or "127.0.0.1"
+        self.requested_port = int(port)
+        self.broker = broker
+        self.registry = broker_registry(broker)
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+        )
+        self._site: web.TCPSite | None = None
 
-    return await asyncio.start_server(handle, host or "127.0.0.1", int(port))
+    async def start(self) -> None:
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self.host, self.requested_port)
+        await self._site.start()
+        log.info("http endpoint on %s:%d", self.host, self.port)
+
+    @property
+    def port(self) -> int:
+        """The bound port (the requested one, or the one chosen for port 0)."""
+        addresses = self._runner.addresses
+        return int(addresses[0][1]) if addresses else self.requested_port
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n", content_type=TEXT)
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        if self.broker.started.is_set():
+            return web.Response(text="ready\n", content_type=TEXT)
+        return web.Response(status=503, text="starting\n", content_type=TEXT)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body, content_type = exposition(self.registry, request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def start_http(broker: Broker, hostport: str) -> HttpServer:
+    """Serve ``broker``'s probes and metrics on ``hostport``; stop with ``await .stop()``."""
+    server = HttpServer(broker, hostport)
+    await server.start()
+    return server

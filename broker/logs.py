@@ -273,7 +273,7 @@ class LogManager:
         except TimeoutError:
             return
         finally:
-            await watch.aclose()  # type: ignore[attr-defined]
+            await watch.aclose()
 
     async def _rebuild_producers(self, lg: PartitionLog, max_segments: int = 4) -> None:
         """Idempotent-producer state from the batch headers of the newest segments."""

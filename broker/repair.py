@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 
+from broker.cli import EnvParser
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_meta
 from broker.meta.schema import SegmentMeta, TopicInfo, end_json, owner_value, topic_key
 from segments.format import (
@@ -236,23 +236,20 @@ async def truncate(
     return [*lines, f"committed: {t.topic}-{t.partition} now ends at {offset}"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    env = os.environ.get
-    p = argparse.ArgumentParser(
-        prog="kafscale partitions",
-        description="Repair partitions in the metadata and object stores (docs/operations.md).",
+def _parser() -> EnvParser:
+    p = EnvParser(
+        "kafscale partitions truncate",
+        description="Remove every record at or after --to (docs/operations.md).",
     )
-    sub = p.add_subparsers(dest="cmd", required=True)
-    tr = sub.add_parser("truncate", help="remove every record at or after --to")
-    tr.add_argument("topic")
-    tr.add_argument("partition", type=int)
-    tr.add_argument("--to", type=int, required=True, dest="offset", help="new log end")
-    tr.add_argument("--execute", action="store_true", help="apply (default: dry run)")
-    tr.add_argument("--store", default=env("KAFSCALE_STORE", "file://./data"))
-    tr.add_argument("--meta", default=env("KAFSCALE_META", "embedded"))
-    tr.add_argument("--meta-prefix", default=env("KAFSCALE_META_PREFIX", "/kafscale"))
-    tr.add_argument("--data-dir", default=env("KAFSCALE_DATA_DIR", "./data"))
-    tr.add_argument("--namespace", default=env("KAFSCALE_NAMESPACE", "default"))
+    p.parser.add_argument("topic")
+    p.parser.add_argument("partition", type=int)
+    p.parser.add_argument("--to", type=int, required=True, dest="offset", help="new log end")
+    p.parser.add_argument("--execute", action="store_true", help="apply (default: dry run)")
+    p.option("--store", "object store URL", default="file://./data")
+    p.option("--meta", "metadata store URL", default="embedded")
+    p.option("--meta-prefix", "key prefix in the metadata store", default="/kafscale")
+    p.option("--data-dir", "directory of the embedded metadata store", default="./data")
+    p.option("--namespace", "object key namespace", default="default")
     return p
 
 
@@ -268,7 +265,8 @@ async def _run(args: argparse.Namespace) -> list[str]:
         await meta.close()
 
 
-def main(argv: list[str]) -> int:
+def truncate_main(argv: list[str]) -> int:
+    """``kafscale partitions truncate ...`` (``broker.cli`` dispatches here)."""
     args = _parser().parse_args(argv)
     try:
         lines = asyncio.run(_run(args))
@@ -277,3 +275,11 @@ def main(argv: list[str]) -> int:
         return 1
     print("\n".join(lines))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    """``kafscale partitions truncate|...`` with the sub-command word first."""
+    if not argv or argv[0] != "truncate":
+        print("usage: kafscale partitions truncate TOPIC PARTITION --to N", file=sys.stderr)
+        return 2
+    return truncate_main(argv[1:])

@@ -9,19 +9,24 @@ import logging
 import re
 import signal
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker import faults
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.frames import PartialFrames
+from broker.group_store import MetaGroupStore
 from broker.handlers.routes import build_routes
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
 from broker.topics import TopicManager
+from groupcoord import GroupConfig, GroupCoordinator
 from segments.store import ObjectStore, open_store
+
+if TYPE_CHECKING:
+    from broker.http import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +81,23 @@ class Broker:
         )
         self.store: ObjectStore = store if store is not None else open_store(config.store_url)
         self.routes = build_routes()
-        self.cluster = Cluster(self.meta, config)
-        self.topics = TopicManager(self.meta, config, store=self.store, namespace=config.namespace)
-        self.logs = LogManager(config, self.meta, self.store, self.cluster, self.topics)
+        self.cluster: Cluster = Cluster(self.meta, config)
+        self.topics: TopicManager = TopicManager(
+            self.meta, config, store=self.store, namespace=config.namespace
+        )
+        self.logs: LogManager = LogManager(config, self.meta, self.store, self.cluster, self.topics)
         self.producer_ids = ProducerIds(self.meta)
-        self.groups: Any = None
+        self.groups: GroupCoordinator | None = None
         self.cluster_id = config.cluster_id
         self.connections: set[Connection] = set()
-        self.inflight = 0
+        self.inflight: int = 0
         self.frame_bytes = 0  # announced bytes of partially received frames (reserved)
         self._frame_waiters: deque[PartialFrames] = deque()
         self._server: asyncio.Server | None = None
-        self._http: Any = None
+        self._http: HttpServer | None = None
         self.started = asyncio.Event()
 
-    # -- admission control (DESIGN §4) ---------------------------------------------------
+    # -- admission control (docs/architecture.md) ------------------------------------
     def acquire_inflight(self, conn: Connection, nbytes: int) -> None:
         self.inflight += nbytes
         if (
@@ -151,6 +158,10 @@ class Broker:
 
     async def start(self) -> None:
         faults.arm_from_env()
+        if self.config.http:  # first: /healthz answers (and /readyz says 503) while starting
+            from broker.http import start_http
+
+            self._http = await start_http(self, self.config.http)
         self.cluster_id = await self._cluster_id()
         await self.cluster.start()
         await self.topics.start()
@@ -164,19 +175,9 @@ class Broker:
             reuse_address=True,
             backlog=1024,
         )
-        if self.config.http:
-            from broker.http import start_http
-
-            self._http = await start_http(self, self.config.http)
         self.started.set()
 
-    async def _start_groups(self) -> Any:
-        try:
-            from broker.group_store import MetaGroupStore
-            from groupcoord import GroupConfig, GroupCoordinator
-        except ImportError:  # the group coordinator is optional in minimal builds
-            log.warning("consumer groups unavailable: groupcoord is not installed")
-            return None
+    async def _start_groups(self) -> GroupCoordinator:
         coordinator = GroupCoordinator(
             MetaGroupStore(self.meta),
             GroupConfig.from_broker(self),
@@ -205,7 +206,7 @@ class Broker:
         for conn in list(self.connections):
             conn.close()
         if self._http is not None:
-            self._http.close()
+            await self._http.stop()
         if self.groups is not None:
             with contextlib.suppress(Exception):
                 await self.groups.stop()

@@ -38,7 +38,6 @@ class Member:
         "join_future",
         "sync_future",
         "heartbeat_handle",
-        "is_new",
     )
 
     def __init__(
@@ -64,7 +63,6 @@ class Member:
         self.join_future: asyncio.Future[JoinResult] | None = None
         self.sync_future: asyncio.Future[SyncResult] | None = None
         self.heartbeat_handle: asyncio.TimerHandle | None = None
-        self.is_new = False
 
     @property
     def awaiting_join(self) -> bool:

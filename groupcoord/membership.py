@@ -252,7 +252,6 @@ class Membership:
             req.protocol_type,
             req.protocols,
         )
-        member.is_new = True
         fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join_future = fut
         group.add(member)
@@ -367,7 +366,6 @@ class Membership:
             len(group.members),
         )
         for member in group.members.values():
-            member.is_new = False
             member.complete_join(group.join_result_for(member))
             self._schedule_heartbeat(group, member)
         group.sync_handle = asyncio.get_running_loop().call_later(

@@ -6,107 +6,89 @@ Every flag can also be given as an environment variable ``KAFSCALE_<FLAG>`` (upp
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
+from broker.cli import EnvParser, run_guarded
 from ingest_job.model import IngestError
 
 log = logging.getLogger(__name__)
 
-_TRUE = {"1", "true", "yes", "on"}
 
-
-def _env(flag: str) -> str | None:
-    return os.environ.get("KAFSCALE_" + flag.lstrip("-").upper().replace("-", "_"))
-
-
-class _Parser:
-    """argparse with KAFSCALE_* defaults documented in --help."""
-
-    def __init__(self, prog: str, description: str) -> None:
-        self.p = argparse.ArgumentParser(prog=prog, description=description)
-
-    def opt(self, flag: str, default: str | None, help_: str, **kw: Any) -> None:
-        env = "KAFSCALE_" + flag.lstrip("-").upper().replace("-", "_")
-        val = _env(flag)
-        self.p.add_argument(
-            flag, default=val if val is not None else default, help=f"{help_} (env {env})", **kw
-        )
-
-    def flag(self, flag: str, help_: str) -> None:
-        env = "KAFSCALE_" + flag.lstrip("-").upper().replace("-", "_")
-        val = (_env(flag) or "").lower() in _TRUE
-        self.p.add_argument(flag, action="store_true", default=val, help=f"{help_} (env {env})")
-
-
-def _common(pp: _Parser) -> None:
-    pp.opt(
+def _common(pp: EnvParser) -> None:
+    pp.option(
         "--store",
-        "file://./data",
         "object store URL: file://DIR or s3://BUCKET/PREFIX?endpoint=URL&region=R",
+        default="file://./data",
     )
-    pp.opt("--meta", "embedded", "metadata store: embedded or etcd://HOST:PORT[,HOST:PORT]")
-    pp.opt("--data-dir", "./data", "data directory (embedded metadata, embedded catalog)")
-    pp.opt("--meta-prefix", "/kafscale", "metadata key prefix")
-    pp.opt(
-        "--catalog", None, "pyiceberg catalog name (default: SQLite at DATA_DIR/iceberg/catalog.db)"
+    pp.option(
+        "--meta", "metadata store: embedded or etcd://HOST:PORT[,HOST:PORT]", default="embedded"
     )
-    pp.opt("--namespace", "kafscale", "Iceberg namespace of the tables")
+    pp.option(
+        "--data-dir", "data directory (embedded metadata, embedded catalog)", default="./data"
+    )
+    pp.option("--meta-prefix", "metadata key prefix", default="/kafscale")
+    pp.option(
+        "--catalog", "pyiceberg catalog name (default: SQLite at DATA_DIR/iceberg/catalog.db)"
+    )
+    pp.option("--namespace", "Iceberg namespace of the tables", default="kafscale")
 
 
-def ingest_parser() -> argparse.ArgumentParser:
-    pp = _Parser(
+def ingest_parser() -> EnvParser:
+    pp = EnvParser(
         "kafscale ingest", "Materialize committed KAFS segments as Iceberg tables, exactly once."
     )
-    pp.opt("--topics", None, "comma-separated topics to ingest")
+    pp.option("--topics", "comma-separated topics to ingest")
     _common(pp)
-    pp.opt("--segment-namespace", "default", "namespace of the segment keys in the object store")
-    pp.flag("--table-per-topic", "one table per topic, named after it (the default)")
-    pp.opt("--table", None, "write every topic into this one table")
-    pp.opt("--route-by", None, "JSON field whose value routes a record to table BASE_VALUE")
-    pp.opt(
+    pp.option(
+        "--segment-namespace",
+        "namespace of the segment keys in the object store",
+        default="default",
+    )
+    pp.switch("--table-per-topic", "one table per topic, named after it (the default)")
+    pp.option("--table", "write every topic into this one table")
+    pp.option("--route-by", "JSON field whose value routes a record to table BASE_VALUE")
+    pp.option(
         "--value-format",
-        "raw",
         "raw: value as bytes; json: also parse into columns",
+        default="raw",
         choices=["raw", "json"],
     )
-    pp.opt(
+    pp.option(
         "--partition-by",
-        "day",
         "table partitioning on the record timestamp",
+        default="day",
         choices=["day", "hour", "none"],
     )
-    pp.opt(
-        "--max-records",
-        None,
-        "at most this many offsets per run (all partitions together)",
-        type=int,
+    pp.option(
+        "--max-records", "at most this many offsets per run (all partitions together)", type=int
     )
-    pp.opt("--master", None, "Spark master (default local[*], or what spark-submit gives)")
-    pp.opt("--progress-interval", "10", "seconds between progress lines", type=float)
-    pp.opt("--unit-bytes", str(64 * 1024 * 1024), "segment bytes per Spark task", type=int)
-    pp.opt("--log-level", "INFO", "logging level")
-    return pp.p
+    pp.option("--master", "Spark master (default local[*], or what spark-submit gives)")
+    pp.option("--progress-interval", "seconds between progress lines", default="10", type=float)
+    pp.option(
+        "--unit-bytes", "segment bytes per Spark task", default=str(64 * 1024 * 1024), type=int
+    )
+    pp.option("--log-level", "logging level", default="INFO")
+    return pp
 
 
-def maintain_parser() -> argparse.ArgumentParser:
-    pp = _Parser("kafscale ingest maintain", "Maintain the Iceberg tables the ingest job writes.")
+def maintain_parser() -> EnvParser:
+    pp = EnvParser("kafscale ingest maintain", "Maintain the Iceberg tables the ingest job writes.")
     _common(pp)
-    pp.opt("--tables", None, "comma-separated tables (default: every table the job wrote)")
-    pp.flag("--compact", "rewrite small data files into larger ones")
-    pp.flag("--expire-snapshots", "expire snapshots older than --older-than-hours")
-    pp.flag(
+    pp.option("--tables", "comma-separated tables (default: every table the job wrote)")
+    pp.switch("--compact", "rewrite small data files into larger ones")
+    pp.switch("--expire-snapshots", "expire snapshots older than --older-than-hours")
+    pp.switch(
         "--remove-orphans", "delete files no snapshot references, older than --orphan-age-minutes"
     )
-    pp.opt("--older-than-hours", "168", "snapshot age to expire", type=float)
-    pp.opt("--orphan-age-minutes", "60", "minimum age of a file removed as orphan", type=float)
-    pp.opt("--target-file-mb", "128", "compaction target file size", type=float)
-    pp.opt("--log-level", "INFO", "logging level")
-    return pp.p
+    pp.option("--older-than-hours", "snapshot age to expire", default="168", type=float)
+    pp.option(
+        "--orphan-age-minutes", "minimum age of a file removed as orphan", default="60", type=float
+    )
+    pp.option("--target-file-mb", "compaction target file size", default="128", type=float)
+    pp.option("--log-level", "logging level", default="INFO")
+    return pp
 
 
 def _say(line: str) -> None:
@@ -180,14 +162,24 @@ def _maintain(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``kafscale ingest ...``; returns the process exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+def _report(prog: str, func: Callable[[list[str]], int], argv: Sequence[str]) -> int:
+    """Run one command: an IngestError (or a missing ingest extra) is one line, exit 1."""
     try:
-        if args and args[0] == "maintain":
-            return _maintain(args[1:])
-        return _ingest(args)
+        return run_guarded(prog, func, argv)
     except IngestError as exc:
-        print(f"kafscale ingest: error: {exc}", file=sys.stderr, flush=True)
-        log.debug("ingest failed", exc_info=True)
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        log.debug("%s failed", prog, exc_info=True)
         return 1
+
+
+def maintain_main(argv: list[str]) -> int:
+    """Entry point of ``kafscale ingest maintain ...``; returns the process exit code."""
+    return _report("kafscale ingest maintain", _maintain, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``kafscale ingest ...`` (and ``... maintain``); returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "maintain":
+        return maintain_main(args[1:])
+    return _report("kafscale ingest", _ingest, args)

@@ -21,14 +21,3 @@ def list_files(io: FileIO, location: str) -> list[tuple[str, float]]:
         mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
         out.append((uri, mtime))
     return out
-
-
-def same_file(a: str, b: str) -> bool:
-    """Whether two locations name the same file (``file:///x`` vs ``/x``)."""
-
-    def norm(p: str) -> str:
-        if p.startswith("file://"):
-            return p[len("file://") :]
-        return p
-
-    return norm(a) == norm(b)

@@ -3,13 +3,23 @@
 Every property/fuzz case runs both implementations (``decode_buffers`` through the C
 extension and ``decode_python``) and ``fastrecords.decode_batch_columns`` against
 ``protocol.records.decode_batch_columns``: equal outputs, or both raise CORRUPT_MESSAGE.
+
+The tests of the C extension itself (``native_decoder`` fixture) FAIL when it is not built
+where it should have been: ``pip install -e .`` (scripts/setup.sh) builds it, but
+setup.py marks it optional, so a broken build would otherwise go unnoticed. They skip
+only when no build is expected: ``KAFSCALE_NO_NATIVE=1`` (a deliberate pure-Python
+install), ``KAFSCALE_PURE_PYTHON=1`` (the extension is bypassed at run time), or no C
+compiler on this machine.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
+import shutil
 import struct
+import sysconfig
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +34,6 @@ from protocol.records import build_batch, decode_batch_columns, encode_varint
 from tests.unit.protocol.test_records import MALFORMED, SAMPLE
 
 NATIVE = fastrecords.IMPLEMENTATION == "c"
-needs_native = pytest.mark.skipif(not NATIVE, reason="protocol._fastrecords not built")
 TS0 = 1_700_000_000_000
 
 Rec = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
@@ -50,11 +59,40 @@ def _both(batches, start=fastrecords.INT64_MIN, end=fastrecords.INT64_MAX, stric
     return fast
 
 
-def test_native_extension_is_built() -> None:
-    """CI builds the extension (setup.py); only an explicit opt-out runs pure Python."""
-    if os.environ.get("KAFSCALE_PURE_PYTHON", "") not in ("", "0"):
-        pytest.skip("KAFSCALE_PURE_PYTHON set")
-    assert NATIVE
+def _set(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def native_not_expected() -> str | None:
+    """Why no native decoder is expected here, or None when it must be built and in use."""
+    if _set("KAFSCALE_NO_NATIVE"):
+        return "KAFSCALE_NO_NATIVE set: no C extension build expected"
+    if _set("KAFSCALE_PURE_PYTHON"):
+        return "KAFSCALE_PURE_PYTHON set: the pure-Python decoder is in use"
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    compiler = shlex.split(cc)[0]
+    if shutil.which(compiler) is None:
+        return f"no C compiler ({compiler}) to build protocol._fastrecords"
+    return None
+
+
+@pytest.fixture
+def native_decoder() -> None:
+    """Run the test on the C extension; fail if it should be built and is not."""
+    if NATIVE:
+        return
+    reason = native_not_expected()
+    if reason is not None:
+        pytest.skip(reason)
+    pytest.fail(
+        "protocol._fastrecords is not built although a C compiler is present: run "
+        "`pip install -e .` (scripts/setup.sh) and read its build output, or set "
+        "KAFSCALE_NO_NATIVE=1 where no native build is wanted"
+    )
+
+
+def test_native_extension_is_built(native_decoder: None) -> None:
+    assert fastrecords.IMPLEMENTATION == "c" and fastrecords._native is not None
 
 
 def test_sample_decodes_to_the_expected_columns() -> None:
@@ -177,6 +215,7 @@ def _build(batches: list[tuple[list[Rec], int, bool]], base: int) -> list[bytes]
     base=st.integers(0, 2**62),
     window=st.tuples(st.integers(0, 60), st.integers(0, 60)),
 )
+@pytest.mark.usefixtures("native_decoder")
 def test_property_native_equals_python(
     batches: list[tuple[list[Rec], int, bool]], base: int, window: tuple[int, int]
 ) -> None:
@@ -203,6 +242,7 @@ def test_property_native_equals_python(
     cut=st.integers(0, 10_000),
     count_delta=st.integers(-2, 2),
 )
+@pytest.mark.usefixtures("native_decoder")
 def test_fuzz_mutated_sections_agree(
     recs: list[Rec], edits: list[tuple[int, int]], cut: int, count_delta: int
 ) -> None:
@@ -224,6 +264,7 @@ def test_fuzz_mutated_sections_agree(
 
 @settings(max_examples=300, deadline=None)
 @given(section=st.binary(max_size=200), count=st.integers(0, 6))
+@pytest.mark.usefixtures("native_decoder")
 def test_fuzz_random_bytes_agree(section: bytes, count: int) -> None:
     _both([(section, _hdr(count=count))])
     _both([(memoryview(section), _hdr(count=count))], 0, 3, strict=False)

@@ -1,4 +1,4 @@
-"""Shared helpers for the segments tests: real v2 record batches and S3 server fixtures."""
+"""Shared helpers for the segments tests: real v2 record batches."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ with warnings.catch_warnings():  # kafka-python 3.0.12 uses importlib.resources.
 
 from protocol.batch import set_base_offset
 from segments.format import BuiltSegment, build_segment
-from tests.fixtures.s3 import moto_s3, seaweedfs_s3  # noqa: F401
 
 BASE_TS = 1_700_000_000_000
 

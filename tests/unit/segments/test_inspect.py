@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from segments.format import FOOTER_SIZE, segment_key
+from segments.format import FOOTER_SIZE
 from segments.inspect import main
-from segments.s3_store import S3Store
-from tests.fixtures.s3 import S3Endpoint, create_bucket
 from tests.unit.segments.conftest import make_segment
 
 
@@ -58,23 +55,6 @@ def test_truncated_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "CORRUPT: segment truncated" in capsys.readouterr().out
     assert main([str(tmp_path / "absent.kfs")]) == 2
     assert "cannot read" in capsys.readouterr().err
-
-
-async def test_s3_url(moto_s3: S3Endpoint, capsys: pytest.CaptureFixture[str]) -> None:
-    bucket = await asyncio.to_thread(create_bucket, moto_s3)
-    built, _ = make_segment(0, [4, 4])
-    key = segment_key("default", "t", 0, 0)
-    store = S3Store.from_url(moto_s3.store_url(bucket))
-    await store.put_if_absent(key, built.buffers)
-    await store.put_if_absent(key.replace(".kfs", ".index"), [built.index])
-    await store.close()
-    url = moto_s3.store_url(bucket).replace(f"s3://{bucket}/", f"s3://{bucket}/{key}")
-    rc = await asyncio.to_thread(main, [url])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "index:   1 entries" in out and "batches: 2" in out
-    missing = url.replace("segment-0000", "segment-9999")
-    assert await asyncio.to_thread(main, [missing]) == 2
 
 
 def test_verify_finds_batches_that_do_not_decode(

@@ -1,5 +1,6 @@
-"""One contract suite for every ObjectStore: LocalStore, S3Store on moto's server, and
-S3Store on SeaweedFS (the real S3 server, integration)."""
+"""One contract suite for every ObjectStore. Here: LocalStore (and store-specific unit
+tests); tests/integration/segments/test_store_contract_s3.py runs the same contract
+against S3Store on moto's server and on SeaweedFS."""
 
 from __future__ import annotations
 
@@ -22,25 +23,14 @@ from segments.store import (
     StoreError,
     open_store,
 )
-from tests.fixtures.s3 import create_bucket
-
-BACKENDS = [
-    pytest.param("local", id="local"),
-    pytest.param("moto", id="s3-moto"),
-    pytest.param("seaweedfs", id="s3-seaweedfs", marks=pytest.mark.integration),
-]
 
 
-@pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
-    if request.param == "local":
-        s: ObjectStore = open_store(f"file://{tmp_path}/objects")
-        assert isinstance(s, LocalStore)
-    else:
-        endpoint = request.getfixturevalue(f"{request.param}_s3")
-        bucket = await asyncio.to_thread(create_bucket, endpoint)
-        s = open_store(endpoint.store_url(bucket, "pfx/x"))
-        assert isinstance(s, S3Store) and s.prefix == "pfx/x/"
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ObjectStore]:
+    """LocalStore; tests/integration/segments/test_store_contract_s3.py runs this module's
+    tests again against S3Store on moto's server and on SeaweedFS."""
+    s = open_store(f"file://{tmp_path}/objects")
+    assert isinstance(s, LocalStore)
     yield s
     await s.close()
 

@@ -1,4 +1,5 @@
-"""One contract for every MetaStore: the embedded store and etcd (a real etcd process)."""
+"""One contract for every MetaStore. Here: the embedded store; the same tests run against a
+real etcd process in tests/integration/broker/meta/test_contract_etcd.py."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from broker.meta.base import (
     WatchEvent,
 )
 from broker.meta.embedded import EmbeddedStore
-from broker.meta.etcd import EtcdStore
 
 EVENT_TIMEOUT = 10.0
 
@@ -31,26 +31,18 @@ EVENT_TIMEOUT = 10.0
 Opener = Callable[[str], MetaStore]
 
 
-@pytest.fixture(params=["embedded", pytest.param("etcd", marks=pytest.mark.integration)])
-async def backend(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[tuple[MetaStore, Opener]]:
+@pytest.fixture
+async def backend(tmp_path: Path) -> AsyncIterator[tuple[MetaStore, Opener]]:
+    """The embedded store; tests/integration/broker/meta/test_contract_etcd.py runs this
+    module's tests again against a real etcd."""
     prefix = f"/t{uuid.uuid4().hex}"
+    path = str(tmp_path / "meta")
+    store = EmbeddedStore(path, prefix=prefix)
     opened: list[MetaStore] = []
-    if request.param == "embedded":
-        path = str(tmp_path / "meta")
-        store: MetaStore = EmbeddedStore(path, prefix=prefix)
 
-        def other(p: str) -> MetaStore:
-            opened.append(EmbeddedStore(path, prefix=p, read_only=True))
-            return opened[-1]
-    else:
-        url = request.getfixturevalue("etcd_url")
-        store = EtcdStore.from_url(url, prefix=prefix)
-
-        def other(p: str) -> MetaStore:
-            opened.append(EtcdStore.from_url(url, prefix=p))
-            return opened[-1]
+    def other(p: str) -> MetaStore:
+        opened.append(EmbeddedStore(path, prefix=p, read_only=True))
+        return opened[-1]
 
     try:
         yield store, other

@@ -22,9 +22,10 @@ from groupcoord import (
     OffsetRecord,
     TopicPartition,
 )
-from tests.fixtures.etcd import etcd_url  # noqa: F401 - fixture
 from tests.unit.groupcoord.conftest import FAST
 from tests.unit.groupcoord.test_membership import form_stable
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(params=["embedded", "etcd"])

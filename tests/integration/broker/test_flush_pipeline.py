@@ -23,6 +23,8 @@ from protocol.records import RecordInput, build_batch, decode_batch
 from segments.format import parse_object_name
 from segments.store import Buffer, ObjectStore, StoreError
 
+pytestmark = pytest.mark.integration  # an in-process broker on a TCP port
+
 TOPIC = "pipe"
 
 

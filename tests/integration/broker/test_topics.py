@@ -17,7 +17,9 @@ from broker.topic_configs import ConfigSource, ResourceType
 from broker.topics import TopicInfo, TopicManager
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.local_store import LocalStore
-from tests.fixtures.etcd import etcd_url, start_etcd  # noqa: F401 - fixture
+from tests.fixtures.etcd import start_etcd
+
+pytestmark = pytest.mark.integration
 
 WAIT = 5.0
 
@@ -435,7 +437,6 @@ async def test_ensure_without_auto_create(env: Env) -> None:
     assert await tm.ensure("made") == made
 
 
-@pytest.mark.integration
 async def test_watch_resyncs_after_an_etcd_restart(tmp_path: Path) -> None:
     etcd = start_etcd(tmp_path)
     metas = [open_meta(etcd.url), open_meta(etcd.url)]

@@ -1,0 +1,143 @@
+"""The broker's Prometheus metrics (``/metrics``), through prometheus-client.
+
+Each broker has its own :class:`~prometheus_client.CollectorRegistry` (never the global
+one: tests and benchmarks run several brokers in one process) holding one
+:class:`BrokerCollector`. The collector reads the figures the broker already keeps
+(``LogManager.stats``, ``Maintenance.stats``, the segment cache's counters, the in-flight
+bytes, ...) at scrape time, so nothing on the produce/fetch path changes.
+
+Names: ``kafscale_`` prefix, counters end in ``_total``; every family has a HELP line.
+A stats key a later change adds to ``LogManager.stats`` or ``Maintenance.stats`` is
+exported too (with a generic HELP line) until it gets an entry in the tables below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+PREFIX = "kafscale_"
+
+#: gauge name (without prefix) -> (HELP, how to read it from the broker)
+GAUGES: dict[str, tuple[str, Callable[[Broker], float]]] = {
+    "connections": (
+        "Open Kafka client connections.",
+        lambda b: len(b.connections),
+    ),
+    "inflight_bytes": (
+        "Request bytes read and not yet answered, over all connections.",
+        lambda b: b.inflight,
+    ),
+    "pending_bytes": (
+        "Bytes appended on this broker and not yet committed to the object store.",
+        lambda b: b.logs.pending_bytes,
+    ),
+    "partitions_owned": (
+        "Partitions this broker owns (has acquired) right now.",
+        lambda b: len(b.logs.logs),
+    ),
+    "topics": (
+        "Topics in the cluster's metadata.",
+        lambda b: len(b.topics.all()),
+    ),
+    "live_brokers": (
+        "Brokers registered (holding a live lease) in the cluster.",
+        lambda b: len(b.cluster.brokers()),
+    ),
+    "segment_cache_bytes": (
+        "Bytes held by the segment cache.",
+        lambda b: b.logs.cache.bytes,
+    ),
+}
+
+#: counter name (without prefix and ``_total``) -> (HELP, how to read it)
+CACHE_COUNTERS: dict[str, tuple[str, Callable[[Broker], float]]] = {
+    "segment_cache_hits": (
+        "Segment reads served from the segment cache.",
+        lambda b: b.logs.cache.hits,
+    ),
+    "segment_cache_misses": (
+        "Segment reads the segment cache could not serve.",
+        lambda b: b.logs.cache.misses,
+    ),
+    "segment_cache_evictions": (
+        "Segments evicted from the segment cache to stay within --cache-bytes.",
+        lambda b: b.logs.cache.evictions,
+    ),
+}
+
+#: ``LogManager.stats`` key -> (counter name without prefix and ``_total``, HELP)
+LOG_COUNTERS: dict[str, tuple[str, str]] = {
+    "flush_cycles": ("flush_cycles", "Flush cycles run (each uploads and commits a batch)."),
+    "segments": ("segments", "Segments written to the object store by flushes."),
+    "segment_bytes": ("segment_bytes", "Bytes of the segments written by flushes."),
+    "txns": ("txns", "Metadata transactions committed by flushes."),
+}
+
+#: ``Maintenance.stats`` key -> (counter name without prefix and ``_total``, HELP)
+MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
+    "merges": ("maintenance_merges", "Runs of small segments merged into one segment."),
+    "merged_segments": (
+        "maintenance_merged_segments",
+        "Small segments replaced by merged segments.",
+    ),
+    "dropped_segments": (
+        "maintenance_dropped_segments",
+        "Segments dropped from manifests by retention or DeleteRecords.",
+    ),
+    "deleted": (
+        "maintenance_deleted_objects",
+        "Replaced or expired segment objects deleted after the grace period.",
+    ),
+}
+
+
+def _counters(
+    stats: Mapping[str, int], table: Mapping[str, tuple[str, str]], prefix: str, source: str
+) -> Iterator[Metric]:
+    for key, value in sorted(stats.items()):
+        name, help_ = table.get(key, (prefix + key, f"{source}[{key!r}]."))
+        family = CounterMetricFamily(PREFIX + name, help_)
+        family.add_metric([], value)
+        yield family
+
+
+class BrokerCollector(Collector):
+    """Reads one broker's live figures at every scrape."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        b = self.broker
+        for name, (help_, read) in GAUGES.items():
+            yield GaugeMetricFamily(PREFIX + name, help_, value=read(b))
+        for name, (help_, read) in CACHE_COUNTERS.items():
+            yield CounterMetricFamily(PREFIX + name, help_, value=read(b))
+        yield from _counters(b.logs.stats, LOG_COUNTERS, "", "LogManager.stats")
+        maintenance = b.logs.maintenance
+        if maintenance is not None:
+            yield from _counters(
+                maintenance.stats, MAINTENANCE_COUNTERS, "maintenance_", "Maintenance.stats"
+            )
+
+
+def broker_registry(broker: Broker) -> CollectorRegistry:
+    """A registry of its own for ``broker`` (not prometheus-client's global one)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker))
+    return registry
+
+
+def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """The scrape body and its content type, in the format the ``Accept`` header asks for
+    (Prometheus text, or OpenMetrics)."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type

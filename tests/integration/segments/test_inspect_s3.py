@@ -1,0 +1,32 @@
+"""``kafscale segments inspect`` on an s3:// URL (moto's S3 server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from segments.format import segment_key
+from segments.inspect import main
+from segments.s3_store import S3Store
+from tests.fixtures.s3 import S3Endpoint, create_bucket
+from tests.unit.segments.conftest import make_segment
+
+pytestmark = pytest.mark.integration
+
+
+async def test_s3_url(moto_s3: S3Endpoint, capsys: pytest.CaptureFixture[str]) -> None:
+    bucket = await asyncio.to_thread(create_bucket, moto_s3)
+    built, _ = make_segment(0, [4, 4])
+    key = segment_key("default", "t", 0, 0)
+    store = S3Store.from_url(moto_s3.store_url(bucket))
+    await store.put_if_absent(key, built.buffers)
+    await store.put_if_absent(key.replace(".kfs", ".index"), [built.index])
+    await store.close()
+    url = moto_s3.store_url(bucket).replace(f"s3://{bucket}/", f"s3://{bucket}/{key}")
+    rc = await asyncio.to_thread(main, [url])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "index:   1 entries" in out and "batches: 2" in out
+    missing = url.replace("segment-0000", "segment-9999")
+    assert await asyncio.to_thread(main, [missing]) == 2
