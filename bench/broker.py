@@ -305,6 +305,7 @@ def _cpu_seconds(pid: int | None) -> float:
 
 
 GAUGES = ("kafscale_inflight_bytes", "kafscale_pending_bytes", "kafscale_segment_cache_bytes")
+LEASE_GAP = "kafscale_lease_refresh_gap_max_seconds"  # keep-alive starvation under load
 
 
 def _scrape(url: str) -> dict[str, float]:
@@ -316,7 +317,7 @@ def _scrape(url: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if name in GAUGES:
+        if name in GAUGES or name == LEASE_GAP:
             out[name] = float(value)
     return out
 
@@ -583,13 +584,15 @@ def _memory_line(name: str, mem: dict[str, Any] | None) -> str:
         return f"{name}: no memory samples"
     m = {k: v / MIB for k, v in mem.items() if isinstance(v, int | float)}
     peaks = ", ".join(f"{k.removeprefix('kafscale_')} {v / MIB:.1f}"
-                      for k, v in sorted(mem["peaks"].items()))  # fmt: skip
+                      for k, v in sorted(mem["peaks"].items()) if k != LEASE_GAP)  # fmt: skip
+    gap = mem["peaks"].get(LEASE_GAP)
     growth = m["max_rss"] - m["baseline_rss"]
     verdict = "within" if growth <= m["limit_bytes"] else "OVER"
     return (
         f"{name} broker RSS MiB: baseline {m['baseline_rss']:.0f}, max sampled "
         f"{m['max_rss']:.0f}, peak (VmHWM) {m['hwm_rss']:.0f}; growth {growth:.0f} {verdict} "
         f"limits {m['limit_bytes']:.0f} (in-flight + cache); gauge peaks MiB: {peaks}"
+        + (f"; worst lease keep-alive gap {gap:.2f} s" if gap is not None else "")
     )
 
 

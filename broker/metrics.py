@@ -96,11 +96,41 @@ MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
         "maintenance_deleted_objects",
         "Replaced or expired segment objects deleted after the grace period.",
     ),
+    "failures": (
+        "maintenance_failures",
+        "Per-partition maintenance failures (logged once per cause, retried with back-off).",
+    ),
+}
+
+
+#: durability counters: ``Committer.stats``, ``ObjectDeleter.stats``, ``Cluster.stats``
+#: (key -> (counter name without prefix and ``_total``, HELP))
+COMMIT_COUNTERS: dict[str, tuple[str, str]] = {
+    "ambiguous": (
+        "commits_unknown_outcome",
+        "Manifest commits the metadata store could not confirm (then resolved by read-back).",
+    ),
+    "resolved": ("commits_resolved", "Commits of unknown outcome settled by a read-back."),
+    "unresolved": (
+        "commits_unresolved",
+        "Commits whose outcome stayed unknown (producers failed retriably, nothing deleted).",
+    ),
+}
+DELETER_COUNTERS: dict[str, tuple[str, str]] = {
+    "deleted": ("objects_retired_deleted", "Retired segment objects deleted by their owner."),
+    "swept": ("objects_swept", "Unreferenced objects of earlier writers deleted by sweeps."),
+}
+CLUSTER_COUNTERS: dict[str, tuple[str, str]] = {
+    "lease_refreshes": ("lease_refreshes", "Successful refreshes of this broker's lease."),
+    "lease_losses": (
+        "lease_losses",
+        "Times this broker found its lease expired (it dropped everything, then re-registered).",
+    ),
 }
 
 
 def _counters(
-    stats: Mapping[str, int], table: Mapping[str, tuple[str, str]], prefix: str, source: str
+    stats: Mapping[str, float], table: Mapping[str, tuple[str, str]], prefix: str, source: str
 ) -> Iterator[Metric]:
     for key, value in sorted(stats.items()):
         name, help_ = table.get(key, (prefix + key, f"{source}[{key!r}]."))
@@ -127,6 +157,15 @@ class BrokerCollector(Collector):
             yield from _counters(
                 maintenance.stats, MAINTENANCE_COUNTERS, "maintenance_", "Maintenance.stats"
             )
+            yield from _counters(maintenance.deleter.stats, DELETER_COUNTERS, "", "deleter")
+        yield from _counters(b.logs.committer.stats, COMMIT_COUNTERS, "", "Committer.stats")
+        counts = {k: v for k, v in b.cluster.stats.items() if k in CLUSTER_COUNTERS}
+        yield from _counters(counts, CLUSTER_COUNTERS, "", "Cluster.stats")
+        yield GaugeMetricFamily(
+            PREFIX + "lease_refresh_gap_max_seconds",
+            "Longest time between two lease refresh attempts since start (keep-alive delay).",
+            value=b.cluster.stats["max_refresh_gap_s"],
+        )
 
 
 def broker_registry(broker: Broker) -> CollectorRegistry:
