@@ -26,4 +26,7 @@ def _unvalidated(argv: list[str]) -> tuple[BrokerConfig, str]:
 cli.config_from_args = _unvalidated
 
 if __name__ == "__main__":
-    raise SystemExit(cli.main(sys.argv[1:]))
+    args = sys.argv[1:]
+    if args[:1] == ["broker"]:  # invoked like ``kafscale broker ...``
+        args = args[1:]
+    raise SystemExit(cli.main(args))
