@@ -129,6 +129,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         peer_closed = not self._closed
         self._closed = True
         self.broker.connections.discard(self)
+        self.broker.admission.forget(self)
         self._drop_partial()
         if peer_closed and (self._busy or self._frames) and len(self._tasks) == 2:
             # Requests the peer sent before hanging up still take effect (an acks=0
@@ -143,7 +144,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             t.cancel()
 
     def _release_all(self) -> None:
-        self.broker.release_inflight(self, self.inflight)
+        self.broker.admission.release(self, self.inflight)
         self.inflight = 0
 
     def pause_writing(self) -> None:
@@ -191,7 +192,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                 continue
             if size <= SCRATCH - 4:  # it will fit: wait for the rest in the scratch
                 break
-            if not self.broker.reserve_frame(self, size):
+            if not self.broker.admission.reserve_frame(self, size):
                 self.waiting_for_memory = size  # the bytes stay in the scratch buffer
                 self._stop_reading()
                 break
@@ -220,7 +221,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
         self.inflight += len(frame)
-        self.broker.acquire_inflight(self, len(frame))
+        self.broker.admission.acquire(self, len(frame))
         self._frames_ready.set()
 
     def pause(self) -> None:
@@ -340,7 +341,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
 
     def _answered(self, size: int) -> None:
         self.inflight -= size
-        self.broker.release_inflight(self, size)
+        self.broker.admission.release(self, size)
 
     async def _write_loop(self) -> None:
         while not self._closed:

@@ -69,13 +69,13 @@ class PartialFrames:
     def _frame_done(self) -> None:
         self._cancel_read_timer()
         self._frame_size = 0
-        self.broker.release_frame(self)
+        self.broker.admission.release_frame(self)
 
     def _drop_partial(self) -> None:
         self._cancel_read_timer()
         self._frame = None
         self.waiting_for_memory = 0
-        self.broker.release_frame(self)
+        self.broker.admission.release_frame(self)
 
     # -- read deadline ------------------------------------------------------------------
     def _arm_read_timer(self) -> None:

@@ -33,7 +33,7 @@ GAUGES: dict[str, tuple[str, Callable[[Broker], float]]] = {
     ),
     "inflight_bytes": (
         "Request bytes read and not yet answered, over all connections.",
-        lambda b: b.inflight,
+        lambda b: b.admission.inflight,
     ),
     "pending_bytes": (
         "Bytes appended on this broker and not yet committed to the object store.",

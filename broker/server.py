@@ -8,14 +8,13 @@ import json
 import logging
 import re
 import signal
-from collections import deque
 from typing import TYPE_CHECKING
 
 from broker import faults
+from broker.admission import Admission
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
-from broker.frames import PartialFrames
 from broker.group_store import MetaGroupStore
 from broker.handlers.routes import build_routes
 from broker.logs import LogManager
@@ -90,66 +89,14 @@ class Broker:
         self.groups: GroupCoordinator | None = None
         self.cluster_id = config.cluster_id
         self.connections: set[Connection] = set()
-        self.inflight: int = 0
-        self.frame_bytes = 0  # announced bytes of partially received frames (reserved)
-        self._frame_waiters: deque[PartialFrames] = deque()
+        self.admission: Admission = Admission(
+            config.connection_inflight_bytes,
+            config.broker_inflight_bytes,
+            config.queued_max_request_bytes,
+        )
         self._server: asyncio.Server | None = None
         self._http: HttpServer | None = None
         self.started = asyncio.Event()
-
-    # -- admission control (docs/architecture.md) ------------------------------------
-    def acquire_inflight(self, conn: Connection, nbytes: int) -> None:
-        self.inflight += nbytes
-        if (
-            conn.inflight > self.config.connection_inflight_bytes
-            or self.inflight > self.config.broker_inflight_bytes
-        ):
-            conn.pause()
-
-    def release_inflight(self, conn: Connection, nbytes: int) -> None:
-        self.inflight -= nbytes
-        if self.inflight <= self.config.broker_inflight_bytes:
-            for c in self.connections:
-                if c.paused and c.inflight <= self.config.connection_inflight_bytes:
-                    c.resume()
-
-    # -- partial-frame budget (--queued-max-request-bytes, issue 16) ---------------------
-    def reserve_frame(self, conn: PartialFrames, size: int) -> bool:
-        """Reserve ``size`` bytes for the frame ``conn`` starts receiving. False: no room,
-        ``conn`` waits (FIFO) and gets :meth:`Connection.memory_granted` later. A frame
-        larger than the whole budget proceeds when nothing else is reserved."""
-        if self._frame_waiters or not self._fits(size):
-            self._frame_waiters.append(conn)
-            return False
-        self._grant(conn, size)
-        return True
-
-    def _fits(self, size: int) -> bool:
-        return (
-            self.frame_bytes == 0 or self.frame_bytes + size <= self.config.queued_max_request_bytes
-        )
-
-    def _grant(self, conn: PartialFrames, size: int) -> None:
-        conn.reserved = size
-        self.frame_bytes += size
-
-    def release_frame(self, conn: PartialFrames) -> None:
-        """``conn``'s frame completed or was dropped: return its reservation, let waiters in."""
-        if conn.reserved:
-            self.frame_bytes -= conn.reserved
-            conn.reserved = 0
-        elif conn in self._frame_waiters:
-            self._frame_waiters.remove(conn)
-        while self._frame_waiters:
-            nxt = self._frame_waiters[0]
-            if nxt.waiting_for_memory == 0:  # closed meanwhile
-                self._frame_waiters.popleft()
-                continue
-            if not self._fits(nxt.waiting_for_memory):
-                break
-            self._frame_waiters.popleft()
-            self._grant(nxt, nxt.waiting_for_memory)
-            nxt.memory_granted()
 
     # -- lifecycle ----------------------------------------------------------------------
     @classmethod

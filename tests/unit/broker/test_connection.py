@@ -297,7 +297,7 @@ async def test_announced_frames_are_budgeted_not_allocated(broker: Broker) -> No
     first, second = await connect(broker), await connect(broker)
     try:
         first.w.write(struct.pack(">i", 100 << 20) + b"x" * 1000)
-        await _until(lambda: broker.frame_bytes == 100 << 20)
+        await _until(lambda: broker.admission.frame_bytes == 100 << 20)
         second.w.write(struct.pack(">i", 100 << 20) + b"y" * 1000)
         await _until(lambda: any(c.waiting_for_memory for c in _conns(broker)))
         holder = next(c for c in _conns(broker) if c.reserved)
@@ -312,11 +312,11 @@ async def test_announced_frames_are_budgeted_not_allocated(broker: Broker) -> No
                 and not any(c.waiting_for_memory for c in _conns(broker))
             )
         )
-        assert broker.frame_bytes == 100 << 20
+        assert broker.admission.frame_bytes == 100 << 20
     finally:
         first.close()
         second.close()
-    await _until(lambda: broker.frame_bytes == 0 and not broker.connections)
+    await _until(lambda: broker.admission.frame_bytes == 0 and not broker.connections)
 
 
 async def test_frame_grows_to_its_size_and_is_served(broker: Broker) -> None:
@@ -348,7 +348,7 @@ async def test_stalled_frame_closes_the_connection(broker: Broker, partial: byte
         assert await asyncio.wait_for(c.r.read(), WAIT) == b""  # closed by the broker
     finally:
         c.close()
-    await _until(lambda: broker.frame_bytes == 0 and not broker.connections)
+    await _until(lambda: broker.admission.frame_bytes == 0 and not broker.connections)
 
 
 async def test_a_slow_but_complete_frame_is_served(broker: Broker) -> None:

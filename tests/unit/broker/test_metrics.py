@@ -19,13 +19,15 @@ def _fake_broker(maintenance: Any) -> Any:
         cache=cache,
         stats={"flush_cycles": 5, "segments": 4, "segment_bytes": 1000, "txns": 5},
         maintenance=maintenance,
+        committer=SimpleNamespace(stats={"ambiguous": 2, "resolved": 2, "unresolved": 0}),
     )
+    cluster_stats = {"lease_refreshes": 30, "lease_losses": 1, "max_refresh_gap_s": 3.5}
     return SimpleNamespace(
         connections={object(), object(), object()},
-        inflight=77,
+        admission=SimpleNamespace(inflight=77),
         logs=logs,
         topics=SimpleNamespace(all=lambda: ["a", "b"]),
-        cluster=SimpleNamespace(brokers=lambda: [0, 1, 2, 3]),
+        cluster=SimpleNamespace(brokers=lambda: [0, 1, 2, 3], stats=cluster_stats),
     )
 
 
@@ -42,7 +44,8 @@ def _scrape(registry: CollectorRegistry) -> dict[str, tuple[str, str, float]]:
 
 def test_every_figure_is_exported_with_help_and_type() -> None:
     maintenance = SimpleNamespace(
-        stats={"merges": 2, "merged_segments": 9, "dropped_segments": 4, "deleted": 11}
+        stats={"merges": 2, "merged_segments": 9, "dropped_segments": 4, "deleted": 11},
+        deleter=SimpleNamespace(stats={"deleted": 11, "swept": 6}),
     )
     got = _scrape(broker_registry(cast(Any, _fake_broker(maintenance))))
     expected = {
@@ -53,6 +56,14 @@ def test_every_figure_is_exported_with_help_and_type() -> None:
         "kafscale_topics": ("gauge", 2),
         "kafscale_live_brokers": ("gauge", 4),
         "kafscale_segment_cache_bytes": ("gauge", 4096),
+        "kafscale_commits_unknown_outcome_total": ("counter", 2),
+        "kafscale_commits_resolved_total": ("counter", 2),
+        "kafscale_commits_unresolved_total": ("counter", 0),
+        "kafscale_objects_retired_deleted_total": ("counter", 11),
+        "kafscale_objects_swept_total": ("counter", 6),
+        "kafscale_lease_refreshes_total": ("counter", 30),
+        "kafscale_lease_losses_total": ("counter", 1),
+        "kafscale_lease_refresh_gap_max_seconds": ("gauge", 3.5),
         "kafscale_segment_cache_hits_total": ("counter", 7),
         "kafscale_segment_cache_misses_total": ("counter", 3),
         "kafscale_segment_cache_evictions_total": ("counter", 1),
@@ -71,12 +82,12 @@ def test_every_figure_is_exported_with_help_and_type() -> None:
 
 
 def test_values_are_read_at_scrape_time() -> None:
-    broker = _fake_broker(SimpleNamespace(stats={"merges": 0}))
+    broker = _fake_broker(SimpleNamespace(stats={"merges": 0}, deleter=SimpleNamespace(stats={})))
     registry = broker_registry(cast(Any, broker))
     assert _scrape(registry)["kafscale_maintenance_merges_total"][2] == 0
     broker.logs.stats["segments"] = 40
     broker.logs.maintenance.stats["merges"] = 3
-    broker.inflight = 0
+    broker.admission.inflight = 0
     broker.connections.clear()
     got = _scrape(registry)
     assert got["kafscale_segments_total"][2] == 40
@@ -96,7 +107,7 @@ def test_new_stats_keys_are_exported_and_missing_maintenance_is_skipped() -> Non
 
 def test_registries_are_per_broker_and_openmetrics_is_negotiated() -> None:
     a, b = _fake_broker(None), _fake_broker(None)
-    b.inflight = 5
+    b.admission.inflight = 5
     ra, rb = broker_registry(cast(Any, a)), broker_registry(cast(Any, b))
     assert _scrape(ra)["kafscale_inflight_bytes"][2] == 77
     assert _scrape(rb)["kafscale_inflight_bytes"][2] == 5
