@@ -4,7 +4,7 @@ For each codec, builds Produce request bodies the way librdkafka sends them unde
 (1 KiB values, half random and half repeated so compression has something to do,
 ``--batch-records`` records per batch, one batch per partition record set), then runs the
 broker's own produce path up to the append (``decode_produce`` + ``broker.handlers.
-produce._validate``) with full validation (``BrokerConfig.validate_records``, the default)
+produce.validate_records``) with full validation (``BrokerConfig.validate_records``, the default)
 and without it (the pre-issue-16 checks: framing, CRC, header fields). Prints CPU ms per
 MB of record-set bytes as sent (``time.process_time``) and MB/s of one core, median of
 ``--rounds``. Not a test: it asserts nothing.
@@ -19,7 +19,7 @@ import os
 import statistics
 import time
 
-from broker.handlers.produce import _validate
+from broker.handlers.produce import validate_records
 from protocol.compression import Compression
 from protocol.produce_fast import decode_produce
 from protocol.records import build_batch
@@ -53,7 +53,7 @@ def _run(body: bytes, count: int, full: bool) -> float:
         for t in req.topics:
             for p in t.partitions:
                 assert p.records is not None
-                _validate(p.records, policy, 64 << 20, full)
+                validate_records(p.records, policy, 64 << 20, full)
     return time.process_time() - start
 
 

@@ -1,4 +1,4 @@
-"""The ``kafscale`` command line: one layer under every sub-command (DESIGN §10).
+"""The ``kafscale`` command line: one layer under every sub-command (README.md).
 
 - **Environment fallback**: every flag ``--some-flag`` of every sub-command can also be
   given as ``KAFSCALE_SOME_FLAG`` (upper case, ``-`` becomes ``_``); a flag on the command

@@ -1,4 +1,4 @@
-"""Cluster membership and ownership (DESIGN §6).
+"""Cluster membership and ownership (docs/architecture.md, ownership).
 
 Every broker registers ``/brokers/{id}`` under a lease it keeps alive; a broker's death is
 its lease expiring. Owners of partitions and groups are chosen by rendezvous hashing over

@@ -24,7 +24,7 @@ class BrokerConfig:
     # topics
     auto_create_topics: bool = True
     default_partitions: int = 1
-    # write path (DESIGN §4)
+    # write path (docs/architecture.md, the write path)
     flush_bytes: int = 4 * 1024 * 1024
     flush_interval_ms: int = 5
     flush_concurrency: int = 16
@@ -39,7 +39,7 @@ class BrokerConfig:
     validate_records: bool = True
     connection_inflight_bytes: int = 64 * 1024 * 1024
     broker_inflight_bytes: int = 512 * 1024 * 1024
-    # read path (DESIGN §7)
+    # read path (docs/architecture.md)
     cache_bytes: int = 256 * 1024 * 1024
     index_interval: int = 100
     # log maintenance on the partition owner (broker/maintenance.py, docs/format.md)
@@ -50,7 +50,7 @@ class BrokerConfig:
     merge_min_age_ms: int = 2000  # leave segments this young alone (tailing readers)
     retention_check_interval_ms: int = 30_000  # 0: never enforce retention.ms/.bytes
     segment_delete_grace_ms: int = 60_000  # replaced objects are deleted this much later
-    # cluster (DESIGN §6)
+    # cluster (docs/architecture.md, ownership)
     lease_ttl_s: int = 10
     # groups (issue 3)
     offsets_retention_minutes: int = 7 * 24 * 60

@@ -1,6 +1,7 @@
 """``MetaGroupStore``: consumer-group state and committed offsets in the metadata store.
 
-Keys (DESIGN §5, relative to the store prefix; the group id is percent-encoded so a ``/``
+Keys (docs/format.md, metadata keys, relative to the store prefix; the group id is
+percent-encoded so a ``/``
 in it cannot break the layout)::
 
     /groups/{group}/state               -> GroupRecord JSON

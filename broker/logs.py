@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from broker.commit import Committer
 from broker.flush import Flusher
+from broker.maintenance import Maintenance
 from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, MetaStoreError, Put
 from broker.meta.schema import (
     EndValue,
@@ -52,7 +53,6 @@ from segments.store import ObjectStore, StoreError
 if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.config import BrokerConfig
-    from broker.maintenance import Maintenance
     from broker.topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,6 @@ class LogManager:
         self.maintenance: Maintenance | None = None
 
     async def start(self) -> None:
-        from broker.maintenance import Maintenance
-
         self.maintenance = Maintenance(self)
         self.maintenance.start()
         self.flusher.start()

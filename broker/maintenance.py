@@ -29,13 +29,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker import faults
 from broker.commit import Outcome
 from broker.deletion import ObjectDeleter
+from broker.maintenance_policy import plan_merges, retention_victims
 from broker.meta.base import Delete, Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
@@ -56,66 +57,6 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 10.0  # how long stop() lets a maintenance pass finish before cancelling it
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
-
-
-# ---------------------------------------------------------------------------- pure policy
-
-
-def plan_merges(
-    segments: Sequence[SegmentMeta],
-    eligible: Callable[[SegmentMeta], bool],
-    small_bytes: int,
-    max_bytes: int,
-    min_count: int,
-    max_count: int,
-) -> list[list[SegmentMeta]]:
-    """Runs of consecutive, contiguous, eligible segments each below ``small_bytes``; a
-    run holds at most ``max_count`` segments and ``max_bytes`` bytes, at least
-    ``max(2, min_count)`` segments."""
-    runs: list[list[SegmentMeta]] = []
-    cur: list[SegmentMeta] = []
-    size = 0
-    need = max(2, min_count)
-
-    def close() -> None:
-        if len(cur) >= need:
-            runs.append(list(cur))
-        cur.clear()
-
-    for seg in segments:
-        if seg.size >= small_bytes or not eligible(seg):
-            close()
-            size = 0
-            continue
-        if cur and (
-            seg.base != cur[-1].last + 1 or len(cur) >= max_count or size + seg.size > max_bytes
-        ):
-            close()
-            size = 0
-        cur.append(seg)
-        size += seg.size
-    close()
-    return runs
-
-
-def retention_victims(
-    segments: Sequence[SegmentMeta], now_ms: int, retention_ms: int, retention_bytes: int
-) -> int:
-    """How many segments to drop from the head (never the last one), as Kafka does: while
-    the head segment's max timestamp — and its write time: our segments are small, so a
-    record with an old timestamp must not go the moment it lands — is older than
-    ``retention_ms``, or while dropping it
-    leaves the partition at least ``retention_bytes`` big (-1: no limit)."""
-    total = sum(s.size for s in segments)
-    n = 0
-    for seg in segments[:-1]:
-        by_time = retention_ms >= 0 and 0 <= seg.retention_ts < now_ms - retention_ms
-        by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
-        if not (by_time or by_size):
-            break
-        total -= seg.size
-        n += 1
-    return n
 
 
 # ---------------------------------------------------------------------------- the task

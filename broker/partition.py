@@ -4,7 +4,7 @@ Offsets are assigned in memory at append time; the batch's ``baseOffset`` and
 ``partitionLeaderEpoch`` are patched in place (outside the CRC). Appended batches wait in
 ``pending`` until the log manager's flush cycle writes them as a segment and commits the
 manifest entry; only then does ``hw`` (the high watermark = committed log end) move and
-the append futures resolve (DESIGN §4).
+the append futures resolve (docs/architecture.md, the write path).
 """
 
 from __future__ import annotations

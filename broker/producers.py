@@ -1,4 +1,4 @@
-"""Idempotent-producer state per partition (DESIGN §7).
+"""Idempotent-producer state per partition (docs/architecture.md).
 
 For every producer id the owner keeps the producer epoch and the last five batches'
 sequence ranges with their offsets. A retried batch that matches one of them is a

@@ -1,4 +1,4 @@
-"""``kafscale ingest`` and ``kafscale ingest maintain`` (DESIGN §10).
+"""``kafscale ingest`` and ``kafscale ingest maintain`` (README.md).
 
 Every flag can also be given as an environment variable ``KAFSCALE_<FLAG>`` (upper case,
 ``-`` -> ``_``); a flag on the command line wins.

@@ -19,7 +19,7 @@ def _project_root() -> str:
 
 
 def prepare_environment() -> None:
-    """Workers run this interpreter and can import our packages (DESIGN §11)."""
+    """Workers run this interpreter and can import our packages (docs/ingest.md)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     root = _project_root()

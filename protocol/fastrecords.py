@@ -28,9 +28,9 @@ from protocol.records import (
     BatchColumns,
     Buf,
     Headers,
-    _decode_records,
-    _records_section,
     check_int64_range,
+    decode_records_section,
+    records_section,
 )
 from protocol.records import decode_batch_columns as _py_decode_batch_columns
 
@@ -51,9 +51,9 @@ def _load_native() -> ModuleType | None:
     return _fastrecords
 
 
-_native = _load_native()
+native = _load_native()
 #: "c" when the native decoder is in use, else "python"
-IMPLEMENTATION = "c" if _native is not None else "python"
+IMPLEMENTATION = "c" if native is not None else "python"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +145,10 @@ def _native_args(batches: Sequence[BatchInput]) -> list[tuple[Buf, int, int, int
 def _decode_native(
     batches: Sequence[BatchInput], start: int, end: int, strict_utf8: bool
 ) -> list[RecordBuffers]:
-    assert _native is not None
+    assert native is not None
     try:
-        raw = _native.decode(_native_args(batches), start, end, strict_utf8)
-    except _native.CorruptRecords as exc:
+        raw = native.decode(_native_args(batches), start, end, strict_utf8)
+    except native.CorruptRecords as exc:
         raise _corrupt(f"malformed record: {exc}") from exc
     except OverflowError:  # a column past 2 GiB: decode the halves separately
         if len(batches) < 2:
@@ -212,7 +212,9 @@ def _decode_python(
         if hdr.record_count < 0:
             raise _corrupt("malformed record: negative record count")
         try:
-            o, t, k, v, h = _decode_records(bytes(buf), hdr, "strict" if strict_utf8 else "replace")
+            o, t, k, v, h = decode_records_section(
+                bytes(buf), hdr, "strict" if strict_utf8 else "replace"
+            )
         except (IndexError, ValueError) as exc:
             raise _corrupt(f"malformed record: {exc}") from exc
         check_int64_range(o, t)
@@ -273,7 +275,7 @@ def decode_buffers(
     of raising. Timestamps are ``baseTimestamp + delta`` or, for LOG_APPEND_TIME batches,
     the batch's ``maxTimestamp`` (timestamp type 1).
     """
-    if _native is not None:
+    if native is not None:
         return _decode_native(batches, start, end, strict_utf8)
     return _decode_python(batches, start, end, strict_utf8)
 
@@ -291,9 +293,9 @@ def decode_python(
 
 def decode_batch_columns(batch: Buf, *, check_crc: bool = False) -> BatchColumns:
     """:func:`protocol.records.decode_batch_columns`, natively when the extension is built."""
-    if _native is None:
+    if native is None:
         return _py_decode_batch_columns(batch, check_crc=check_crc)
-    hdr, section = _records_section(batch, check_crc)
+    hdr, section = records_section(batch, check_crc)
     (rb,) = _decode_native([(section, hdr)], INT64_MIN, INT64_MAX, True)
     return BatchColumns(
         hdr,

@@ -92,7 +92,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise _corrupt("varint too long")
 
 
-def _records_section(batch: Buf, check_crc: bool) -> tuple[BatchHeader, bytes]:
+def records_section(batch: Buf, check_crc: bool) -> tuple[BatchHeader, bytes]:
     """Validate framing and return the header and the (decompressed) records bytes."""
     try:
         hdr = read_header(batch)
@@ -122,9 +122,9 @@ def decode_batch_columns(batch: Buf, *, check_crc: bool = False) -> BatchColumns
     ``KafkaProtocolError(CORRUPT_MESSAGE)`` on malformed input (and
     ``UNSUPPORTED_COMPRESSION_TYPE`` on an unknown codec).
     """
-    hdr, buf = _records_section(batch, check_crc)
+    hdr, buf = records_section(batch, check_crc)
     try:
-        cols = _decode_records(buf, hdr)
+        cols = decode_records_section(buf, hdr)
     except (IndexError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise _corrupt(f"malformed record: {exc}") from exc
     check_int64_range(cols[0], cols[1])
@@ -144,7 +144,7 @@ def decode_batch(batch: Buf, *, check_crc: bool = False) -> tuple[BatchHeader, l
     return c.header, list(map(Record, c.offsets, c.timestamps, c.keys, c.values, c.headers))
 
 
-def _decode_records(
+def decode_records_section(
     buf: bytes, hdr: BatchHeader, errors: str = "strict"
 ) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[Headers]]:
     # The hot loop of the ingest job, deliberately kept as one flat function: one- and

@@ -41,10 +41,10 @@ from protocol.batch import (
 )
 from protocol.compression import decompress_into
 from protocol.errors import ErrorCode, KafkaProtocolError
-from protocol.fastrecords import _native  # None without the C extension (or pure Python)
+from protocol.fastrecords import native  # None without the C extension (or pure Python)
 
 # an extension built before ``scan`` existed (not rebuilt yet) still decodes; scan in Python
-_native_scan = getattr(_native, "scan", None)
+native_scan = getattr(native, "scan", None)
 
 LONG_MAX = (1 << 63) - 1
 NO_TIMESTAMP = -1
@@ -154,12 +154,12 @@ def check_header(hdr: BatchHeader) -> None:
 def scan_records(section: bytes | bytearray | memoryview, count: int) -> tuple[int, int]:
     """(min, max) timestamp delta of a records section holding exactly ``count`` records
     with offset deltas 0..count-1; raises BatchRejected(INVALID_RECORD) otherwise."""
-    if _native_scan is not None:
-        assert _native is not None
+    if native_scan is not None:
+        assert native is not None
         try:
-            lo, hi = _native_scan(section, count)
+            lo, hi = native_scan(section, count)
             return int(lo), int(hi)
-        except _native.CorruptRecords as exc:
+        except native.CorruptRecords as exc:
             message, index = exc.args
             raise _invalid(str(message), int(index) if index < count else None) from None
     return _scan_python(bytes(section), count)
@@ -167,13 +167,13 @@ def scan_records(section: bytes | bytearray | memoryview, count: int) -> tuple[i
 
 def _scan_python(data: bytes, count: int) -> tuple[int, int]:
     """:func:`scan_records` without the C extension (slower; same verdicts)."""
-    from protocol.records import _decode_records
+    from protocol.records import decode_records_section
 
     if count <= 0:
         raise _invalid("record count must be positive")
     hdr = BatchHeader(0, 0, 0, 2, 0, 0, count - 1, 0, 0, -1, -1, -1, count)
     try:
-        offsets, stamps, _k, _v, _h = _decode_records(data, hdr, "replace")
+        offsets, stamps, _k, _v, _h = decode_records_section(data, hdr, "replace")
     except (IndexError, ValueError, struct.error, KafkaProtocolError) as exc:
         raise _invalid(f"malformed records: {exc}") from None
     if offsets != list(range(count)):

@@ -2,7 +2,8 @@
 
 Implementations: ``segments.local_store.LocalStore`` (a directory, ``file://PATH``) and
 ``segments.s3_store.S3Store`` (aioboto3, ``s3://BUCKET/PREFIX?endpoint=URL&region=R``),
-chosen by ``open_store(url)`` and imported lazily.
+chosen by ``open_store(url)`` and imported lazily (the implementations import this
+interface: the factory's lazy import is the one import cycle the package allows).
 """
 
 from __future__ import annotations

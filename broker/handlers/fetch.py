@@ -16,7 +16,8 @@ partitions of the request are served.
 Deviations: fetch sessions (v7+) are not kept: the response's session id is 0, which
 tells clients to keep sending full fetch requests (KIP-227's sessionless mode). The
 client's current leader epoch is not checked (owners change only through the metadata
-store's fencing, DESIGN §6). There are no transactions, so the last stable offset is the
+store's fencing, docs/architecture.md, ownership). There are no transactions, so the last
+stable offset is the
 high watermark and there are never aborted transactions. v13+ topics are named by id.
 """
 

@@ -2,7 +2,8 @@
 
 Supported versions:
 
-- OffsetCommit (8) v0-8: one metadata-store transaction per request (DESIGN §5). v0 and
+- OffsetCommit (8) v0-8: one metadata-store transaction per request (docs/format.md,
+metadata keys). v0 and
   generation -1 commit as a standalone ("simple") consumer, allowed only while the group
   has no members. ``retention_time_ms`` (v2-4) and ``commit_timestamp`` (v1) are ignored:
   retention is the broker's ``offsets_retention_minutes`` and the commit time is the

@@ -3,7 +3,8 @@
 Supported versions:
 
 - FindCoordinator (10) v0-4: v4 answers batched ``coordinator_keys``. Key type 0 (group)
-  names the group's owner (DESIGN §6); key type 1 (transaction) is answered with
+  names the group's owner (docs/architecture.md, ownership); key type 1 (transaction) is
+  answered with
   COORDINATOR_NOT_AVAILABLE: transactions are not supported.
 - JoinGroup (11) v0-9: MEMBER_ID_REQUIRED from v4; static membership from v5; v9's
   ``skip_assignment`` is set for a static leader that rejoined a Stable group (older

@@ -1,7 +1,8 @@
 """Metadata (key 3), versions 0-12.
 
-Leaders are the partitions' owners by rendezvous hashing over the live brokers (DESIGN
-§6), so every broker gives the same answer; the leader epoch is the owner key's epoch
+Leaders are the partitions' owners by rendezvous hashing over the live brokers
+(docs/architecture.md, ownership), so every broker gives the same answer; the leader
+epoch is the owner key's epoch
 (-1 before anyone has taken the partition). Replicas and ISR are the leader alone: the
 data's durability is the object store's. Topics are auto-created when the request allows
 it (v4+ flag; always for v0-3) and the broker's auto-create setting is on. v10+ carries

@@ -7,7 +7,8 @@ timestamps; maxTimestamp recomputed) before any of the partition's batches is ap
 so a bad batch never changes the partition: the partition answers CORRUPT_MESSAGE,
 INVALID_RECORD (v8+; CORRUPT_MESSAGE before) with ``record_errors`` naming the record,
 or INVALID_TIMESTAMP. Accepted batches are appended in arrival order; the response is
-*deferred* until the flush cycle commits them (DESIGN §4), so a connection keeps
+*deferred* until the flush cycle commits them (docs/architecture.md, the write path), so
+a connection keeps
 reading while its produces wait. acks=0 gets no response.
 
 Deviations: v0-2 magic 0/1 message sets are converted to v2 batches on arrival (one
@@ -87,7 +88,7 @@ async def _topic(ctx: RequestContext, name: str) -> tuple[TopicInfo | None, Erro
     return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _validate(
+def validate_records(
     records: memoryview, policy: TimestampPolicy, max_bytes: int, full: bool
 ) -> list[tuple[BatchHeader, memoryview]]:
     """Frame and check every batch (protocol.validate); raises BatchRejected. Returns the
@@ -143,7 +144,7 @@ def _append(
     try:
         if is_legacy(records):
             records = memoryview(bytearray(convert_message_set(records)))
-        batches = _validate(records, policy, max_bytes, ctx.broker.config.validate_records)
+        batches = validate_records(records, policy, max_bytes, ctx.broker.config.validate_records)
     except KafkaProtocolError as exc:
         out.error, out.message = exc.code, exc.message or None
         return out

@@ -2,7 +2,9 @@
 
 Implementations: ``broker.meta.embedded.EmbeddedStore`` (single node, durable in the data
 directory; URL ``embedded`` or ``embedded:///PATH``) and ``broker.meta.etcd.EtcdStore``
-(aetcd; URL ``etcd://HOST:PORT[,HOST:PORT...]``), chosen by ``open_meta(url, ...)``.
+(aetcd; URL ``etcd://HOST:PORT[,HOST:PORT...]``), chosen by ``open_meta(url, ...)``. The
+factory imports the implementation of the URL lazily; that import of the implementations
+(which import this interface) is the one import cycle the package allows.
 
 Keys are strings relative to the store's prefix (default ``/kafscale``): callers say
 ``/topics/orders`` and the store reads/writes ``/kafscale/topics/orders``. Values are bytes.

@@ -1,5 +1,5 @@
 """Check a partition's durable state directly: manifest in the metadata store, segment
-objects in the object store (DESIGN §3, §5). Used by the recovery, S3/etcd and
+objects in the object store (docs/format.md). Used by the recovery, S3/etcd and
 multi-broker tests after real brokers wrote the data.
 
 ``Backend`` names a store + metadata pair a test starts brokers on; ``check_partition``

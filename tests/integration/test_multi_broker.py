@@ -1,4 +1,4 @@
-"""Several brokers on one etcd and one shared store (DESIGN §6).
+"""Several brokers on one etcd and one shared store (docs/architecture.md, ownership).
 
 Brokers with different node ids and ports (``--lease-ttl 2``) share a real etcd and a
 shared directory store. Metadata from any broker names every broker and the same leaders;

@@ -17,7 +17,8 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.logs import LogManager
-from broker.maintenance import Maintenance, plan_merges, retention_victims
+from broker.maintenance import Maintenance
+from broker.maintenance_policy import plan_merges, retention_victims
 from broker.partition import PartitionLog, SegmentMeta
 from broker.server import Broker
 from protocol.batch import iter_batches, read_header

@@ -92,7 +92,7 @@ def native_decoder() -> None:
 
 
 def test_native_extension_is_built(native_decoder: None) -> None:
-    assert fastrecords.IMPLEMENTATION == "c" and fastrecords._native is not None
+    assert fastrecords.IMPLEMENTATION == "c" and fastrecords.native is not None
 
 
 def test_sample_decodes_to_the_expected_columns() -> None:

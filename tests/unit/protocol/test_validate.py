@@ -24,7 +24,7 @@ from protocol.records import build_batch
 TS0 = 1_700_000_000_000
 #: record indexes and messages come from the native scanner; without it (the pure-Python
 #: fallback) the verdicts are the same (test_pure_python_scan_agrees_with_the_native_one)
-native_details = pytest.mark.skipif(v._native_scan is None, reason="native scan not built")
+native_details = pytest.mark.skipif(v.native_scan is None, reason="native scan not built")
 
 
 def _recrc(batch: bytearray) -> bytearray:
@@ -261,7 +261,7 @@ def test_accepted_batches_decode_fully(batch: bytearray) -> None:
 @given(batch=mutated_batches())
 def test_pure_python_scan_agrees_with_the_native_one(batch: bytearray) -> None:
     """Without the C extension the broker reaches the same verdicts."""
-    if v._native_scan is None:
+    if v.native_scan is None:
         pytest.skip("protocol._fastrecords not built (or built before scan)")
     hdr = read_header(batch)
     if hdr.compression or hdr.size > len(batch) or hdr.record_count > 10_000:

@@ -1,0 +1,67 @@
+"""Maintenance policy, pure functions (no I/O): which runs of small segments to merge, and
+how many head segments retention drops (docs/format.md, "Merged segments and the log
+start"). ``broker.maintenance`` applies them on the owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from broker.partition import SegmentMeta
+
+
+def plan_merges(
+    segments: Sequence[SegmentMeta],
+    eligible: Callable[[SegmentMeta], bool],
+    small_bytes: int,
+    max_bytes: int,
+    min_count: int,
+    max_count: int,
+) -> list[list[SegmentMeta]]:
+    """Runs of consecutive, contiguous, eligible segments each below ``small_bytes``; a
+    run holds at most ``max_count`` segments and ``max_bytes`` bytes, at least
+    ``max(2, min_count)`` segments."""
+    runs: list[list[SegmentMeta]] = []
+    cur: list[SegmentMeta] = []
+    size = 0
+    need = max(2, min_count)
+
+    def close() -> None:
+        if len(cur) >= need:
+            runs.append(list(cur))
+        cur.clear()
+
+    for seg in segments:
+        if seg.size >= small_bytes or not eligible(seg):
+            close()
+            size = 0
+            continue
+        if cur and (
+            seg.base != cur[-1].last + 1 or len(cur) >= max_count or size + seg.size > max_bytes
+        ):
+            close()
+            size = 0
+        cur.append(seg)
+        size += seg.size
+    close()
+    return runs
+
+
+def retention_victims(
+    segments: Sequence[SegmentMeta], now_ms: int, retention_ms: int, retention_bytes: int
+) -> int:
+    """How many segments to drop from the head (never the last one), as Kafka does: while
+    the head segment's max timestamp — and its write time: our segments are small, so a
+    record with an old timestamp must not go the moment it lands — is older than
+    ``retention_ms``, or while dropping it
+    leaves the partition at least ``retention_bytes`` big (-1: no limit)."""
+    total = sum(s.size for s in segments)
+    n = 0
+    for seg in segments[:-1]:
+        by_time = retention_ms >= 0 and 0 <= seg.retention_ts < now_ms - retention_ms
+        by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
+        if not (by_time or by_size):
+            break
+        total -= seg.size
+        n += 1
+    return n
