@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from groupcoord.group import Group
-from groupcoord.membership import COMPLETING, DEAD, EMPTY, PREPARING, Membership
+from groupcoord.membership import Membership
 from groupcoord.model import (
     MAX_OFFSET_METADATA_CHARS,
     GroupConflictError,
@@ -25,6 +25,7 @@ from groupcoord.model import (
     OffsetRecord,
     TopicPartition,
 )
+from groupcoord.registry import COMPLETING, DEAD, EMPTY, PREPARING
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class GroupCoordinator(Membership):
             return ErrorCode.ILLEGAL_GENERATION
         if group.is_(COMPLETING):
             return ErrorCode.REBALANCE_IN_PROGRESS
-        self._schedule_heartbeat(group, member)
+        self.schedule_heartbeat(group, member)
         return ErrorCode.NONE
 
     async def fetch_offsets(
@@ -233,7 +234,7 @@ class GroupCoordinator(Membership):
     def _mark_dead(self, group_id: str, group: Group | None) -> None:
         if group is not None:
             group.state = DEAD
-            self._cancel_timers(group)
+            self.cancel_timers(group)
         self.groups.pop(group_id, None)
 
     # ---- retention ----

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.meta import _wal
+from broker.meta import wal
 from broker.meta.base import MetaStoreError, Put
-from broker.meta.embedded import LOG, SNAPSHOT, EmbeddedStore
+from broker.meta.durable import LOG, SNAPSHOT
+from broker.meta.embedded import EmbeddedStore
 
 
 async def test_state_survives_close_and_reopen(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ async def test_corrupt_tail_record_is_ignored(tmp_path: Path) -> None:
     await store.put("/a", b"1")
     await store.close()
     with open(tmp_path / LOG, "ab") as f:  # a whole frame whose checksum is wrong
-        f.write(_wal.encode_record(2, [_wal.LogOp("/kafscale/b", b"2")])[:-1] + b"!")
+        f.write(wal.encode_record(2, [wal.LogOp("/kafscale/b", b"2")])[:-1] + b"!")
     again = EmbeddedStore(str(tmp_path))
     try:
         assert [kv.key for kv in await again.range("")] == ["/a"]
