@@ -39,7 +39,7 @@ from broker.meta.base import Get, MetaStoreError
 from broker.meta.schema import entry_base, segments_prefix
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from segments.format import index_key_for, parse_object_name, partition_prefix, topic_tag
-from segments.store import ObjectInfo, StoreError
+from segments.store import ObjectInfo, ObjectStore, StoreError
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -215,3 +215,27 @@ class ObjectDeleter:
                 continue  # ours (its outcome may be unknown) or a newer owner's
             out.append(info.key)
         return out
+
+
+_DELETE_CONCURRENCY = 16
+
+
+async def delete_topic_objects(
+    store: ObjectStore, namespace: str, name: str, topic_id: uuid.UUID
+) -> int:
+    """Topic deletion: remove the objects of the deleted incarnation ``topic_id`` of
+    ``name`` under ``{namespace}/{name}/``, sparing names that carry another topic id
+    (``topic_garbage``): a topic re-created under the name keeps every object it writes
+    meanwhile. Returns how many were deleted; a failure is logged, not raised (0)."""
+    prefix = f"{namespace}/{name}/"
+    try:
+        faults.checkpoint("topic.before_list")
+        keys = topic_garbage(await store.list(prefix), prefix, topic_id)
+        for i in range(0, len(keys), _DELETE_CONCURRENCY):
+            chunk = keys[i : i + _DELETE_CONCURRENCY]
+            await asyncio.gather(*(store.delete(k) for k in chunk))
+        log.info("deleted %s objects of topic %s", len(keys), name)
+    except Exception as exc:
+        log.warning("deleting objects of topic %s failed: %s", name, exc)
+        return 0
+    return len(keys)

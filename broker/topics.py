@@ -1,12 +1,18 @@
-"""Topics: the cluster-wide topic table and its validation (configs: ``topic_configs``).
+"""Topics: creating, altering and deleting the cluster's topics.
+
+The cached table and its watch are ``topic_table``; the checks of names, partition counts,
+replication factors and assignments are ``topic_validation``; configs are
+``topic_configs``; the removal of a deleted topic's objects is
+``deletion.delete_topic_objects``.
 
 Every topic is one key in the metadata store::
 
     /topics/{name} -> {"id": "<uuid>", "partitions": N, "configs": {"retention.ms": "..."}}
 
 (``configs`` holds only the keys set explicitly; the ingest job reads exactly this JSON.)
-``TopicManager`` keeps an in-memory copy of ``/topics/`` current through a watch, so every
-broker sees topics created, altered or deleted by any other broker; lookups are sync.
+``TopicManager`` keeps an in-memory copy of ``/topics/`` current through a watch
+(``TopicTable``), so every broker sees topics created, altered or deleted by any other
+broker; lookups are sync.
 Writes are transactions guarded by ``create_revision == 0`` (create) or the key's
 ``mod_revision`` (alter, add partitions): two brokers racing on one topic never both win.
 
@@ -28,22 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
-from broker import faults
 from broker.config import BrokerConfig
-from broker.deletion import topic_garbage
-from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, Put
-from broker.meta.schema import (
-    TOPICS_PREFIX,
-    TopicInfo,
-    topic_key,
-    topic_logs_prefix,
-    topic_owners_prefix,
-)
+from broker.deletion import delete_topic_objects
+from broker.meta.base import Compare, Delete, Get, MetaStore, Put
+from broker.meta.schema import TopicInfo, topic_key, topic_logs_prefix, topic_owners_prefix
 from broker.topic_configs import (
     TOPIC_CONFIGS,
     ConfigEntry,
@@ -54,68 +52,23 @@ from broker.topic_configs import (
     validate_config,
     validate_configs,
 )
+from broker.topic_table import TopicTable
+from broker.topic_validation import (
+    check_assignments,
+    is_valid_topic_name,
+    validate_partitions,
+    validate_replication_factor,
+    validate_topic_name,
+)
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
-MAX_PARTITIONS = 10_000
-MAX_REPLICATION_FACTOR = 3
-_NAME_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _CAS_ATTEMPTS = 16
-_RETRY_S = 0.5
-_DELETE_CONCURRENCY = 16
 
 
-def validate_topic_name(name: str) -> None:
-    """Kafka's rules: 1-249 of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``."""
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
-        raise KafkaProtocolError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"invalid topic name {str(name)[:300]!r}: 1-249 characters of [a-zA-Z0-9._-], "
-            "not '.' or '..'",
-        )
-
-
-def is_valid_topic_name(name: str) -> bool:
-    try:
-        validate_topic_name(name)
-    except KafkaProtocolError:
-        return False
-    return True
-
-
-def validate_partitions(partitions: int) -> None:
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise KafkaProtocolError(
-            ErrorCode.INVALID_PARTITIONS,
-            f"number of partitions must be in [1, {MAX_PARTITIONS}], got {partitions}",
-        )
-
-
-def validate_replication_factor(factor: int) -> None:
-    if factor != -1 and not 1 <= factor <= MAX_REPLICATION_FACTOR:
-        raise KafkaProtocolError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"replication factor must be -1 or in [1, {MAX_REPLICATION_FACTOR}], got {factor} "
-            "(durability comes from the object store)",
-        )
-
-
-Listener = Callable[[str, TopicInfo | None], None]
-
-
-def _reraise_if_cancelled(exc: BaseException) -> None:
-    """Re-raise a CancelledError meant for this task. A client library (grpc) may raise
-    CancelledError when its channel is closed underneath a call; that is a failure to
-    recover from, not a request to stop."""
-    if isinstance(exc, asyncio.CancelledError):
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
-            raise exc
-
-
-class TopicManager:
+class TopicManager(TopicTable):
     """The topic table of the cluster, cached from the metadata store and kept current.
 
     ``store``/``namespace``: where the topic's segment objects live, so ``delete`` can
@@ -130,17 +83,12 @@ class TopicManager:
         store: ObjectStore | None = None,
         namespace: str | None = None,
     ) -> None:
-        self._meta = meta
+        super().__init__(meta)
         self._config = config
         self._store = store
         self._namespace = config.namespace if namespace is None else namespace
-        self._topics: dict[str, TopicInfo] = {}
-        self._by_id: dict[uuid.UUID, TopicInfo] = {}
-        self._revs: dict[str, int] = {}  # last revision applied per name (tombstones too)
-        self._listeners: list[Listener] = []
         self._ensuring: dict[str, asyncio.Task[TopicInfo | None]] = {}
-        self._background: set[asyncio.Task[None]] = set()
-        self._watch_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[int]] = set()  # topic-object deletions
         self._started = False
 
     # ------------------------------------------------------------ lifecycle
@@ -168,102 +116,13 @@ class TopicManager:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
-    # ------------------------------------------------------------ lookups
-
-    def get(self, name: str) -> TopicInfo | None:
-        return self._topics.get(name)
-
-    def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self._by_id.get(topic_id)
-
-    def all(self) -> list[TopicInfo]:
-        return sorted(self._topics.values(), key=lambda t: t.name)
-
-    def add_listener(self, cb: Listener) -> None:
-        """``cb(name, info)`` on every change applied to the cache; ``info`` None = deleted."""
-        self._listeners.append(cb)
-
-    def remove_listener(self, cb: Listener) -> None:
-        if cb in self._listeners:
-            self._listeners.remove(cb)
+    # ------------------------------------------------------------ configs
 
     def effective_configs(self, info: TopicInfo) -> dict[str, str]:
         """Every whitelisted config of ``info``: set values over defaults."""
         out = {name: spec.default_value(self._config) for name, spec in TOPIC_CONFIGS.items()}
         out.update(info.configs)
         return out
-
-    # ------------------------------------------------------------ cache
-
-    def _apply(self, name: str, info: TopicInfo | None, revision: int) -> None:
-        if revision <= self._revs.get(name, 0):
-            return
-        self._revs[name] = revision
-        old = self._topics.pop(name, None)
-        if old is not None:
-            self._by_id.pop(old.topic_id, None)
-        if info is not None:
-            self._topics[name] = info
-            self._by_id[info.topic_id] = info
-        elif old is None:
-            return
-        if old == info:
-            return
-        for cb in list(self._listeners):
-            try:
-                cb(name, info)
-            except Exception:
-                log.exception("topic listener failed for %s", name)
-
-    def _apply_kv(self, kv: KeyValue) -> TopicInfo | None:
-        name = kv.key[len(TOPICS_PREFIX) :]
-        try:
-            info = TopicInfo.from_json(name, kv.value)
-        except (ValueError, KeyError, TypeError):
-            log.warning(
-                "ignoring malformed topic record %s at revision %s", kv.key, kv.mod_revision
-            )
-            return None
-        self._apply(name, info, kv.mod_revision)
-        return info
-
-    async def _sync(self) -> int:
-        """Load a consistent snapshot of ``/topics/``; returns its store revision."""
-        result = await self._meta.txn([], [Get(TOPICS_PREFIX, prefix=True)])
-        kvs = result.gets[0] if result.gets else ()
-        seen = {kv.key[len(TOPICS_PREFIX) :] for kv in kvs}
-        for name in [n for n in self._topics if n not in seen]:
-            self._apply(name, None, result.revision)
-        for kv in kvs:
-            self._apply_kv(kv)
-        return result.revision
-
-    async def _follow(self, revision: int) -> int:
-        """Apply watch events after ``revision`` until the watch ends; returns the last."""
-        async for ev in self._meta.watch(TOPICS_PREFIX, start_revision=revision + 1):
-            revision = max(revision, ev.mod_revision)
-            name = ev.key[len(TOPICS_PREFIX) :]
-            if ev.type == "delete":
-                self._apply(name, None, ev.mod_revision)
-            else:
-                self._apply_kv(KeyValue(ev.key, ev.value, 0, ev.mod_revision, 1))
-        return revision
-
-    async def _watch(self, revision: int) -> None:
-        """Follow ``/topics/``; on any failure back off, reload a snapshot, watch again."""
-        while True:
-            try:
-                revision = await self._follow(revision)
-                log.warning("topics watch ended; resyncing")
-            except (Exception, asyncio.CancelledError) as exc:
-                _reraise_if_cancelled(exc)
-                log.warning("topics watch failed (%s); resyncing", exc)
-                await asyncio.sleep(_RETRY_S)  # back off before reconnecting, not a poll
-            try:
-                revision = await self._sync()
-            except (Exception, asyncio.CancelledError) as exc:
-                _reraise_if_cancelled(exc)
-                log.warning("topics resync failed: %s", exc)
 
     # ------------------------------------------------------------ create / ensure
 
@@ -294,7 +153,7 @@ class TopicManager:
                     ErrorCode.INVALID_REQUEST,
                     "both replica assignments and a partition count or replication factor given",
                 )
-            partitions = _check_assignments(assignments, 0)
+            partitions = check_assignments(assignments, 0)
         elif partitions == -1:
             partitions = self._config.default_partitions
         validate_partitions(partitions)
@@ -373,28 +232,12 @@ class TopicManager:
         log.info("deleted topic %s (id %s)", name, old.topic_id)
         if self._store is not None:
             task = asyncio.create_task(
-                self._delete_objects(name, old.topic_id), name=f"delete-topic-{name}"
+                delete_topic_objects(self._store, self._namespace, name, old.topic_id),
+                name=f"delete-topic-{name}",
             )
             self._background.add(task)
             task.add_done_callback(self._background.discard)
         return old
-
-    async def _delete_objects(self, name: str, topic_id: uuid.UUID) -> None:
-        """Remove the objects of the deleted incarnation ``topic_id`` of ``name``, sparing
-        names that carry another topic id (``broker.deletion.topic_garbage``): a topic
-        re-created under the name keeps every object it writes meanwhile."""
-        assert self._store is not None
-        store = self._store
-        prefix = f"{self._namespace}/{name}/"
-        try:
-            faults.checkpoint("topic.before_list")
-            keys = topic_garbage(await store.list(prefix), prefix, topic_id)
-            for i in range(0, len(keys), _DELETE_CONCURRENCY):
-                chunk = keys[i : i + _DELETE_CONCURRENCY]
-                await asyncio.gather(*(store.delete(k) for k in chunk))
-            log.info("deleted %s objects of topic %s", len(keys), name)
-        except Exception as exc:
-            log.warning("deleting objects of topic %s failed: %s", name, exc)
 
     # ------------------------------------------------------------ alter
 
@@ -442,7 +285,7 @@ class TopicManager:
             validate_partitions(total)
             if assignments is not None:
                 new = total - info.partitions
-                _check_assignments(dict(enumerate(assignments)), 0)
+                check_assignments(dict(enumerate(assignments)), 0)
                 if len(assignments) != new:
                     raise KafkaProtocolError(
                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -532,19 +375,3 @@ class TopicManager:
         return topic_config_entries(
             info.configs, self._config, include_synonyms, include_documentation
         )
-
-
-def _check_assignments(assignments: Mapping[int, Sequence[int]], first: int) -> int:
-    """Validate manual replica assignments; returns the number of partitions they name."""
-    indexes = sorted(assignments)
-    if indexes != list(range(first, first + len(indexes))):
-        raise KafkaProtocolError(
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partition indexes must be consecutive from 0"
-        )
-    for index, brokers in assignments.items():
-        if not 1 <= len(brokers) <= MAX_REPLICATION_FACTOR or len(set(brokers)) != len(brokers):
-            raise KafkaProtocolError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"partition {index}: 1-{MAX_REPLICATION_FACTOR} distinct brokers needed",
-            )
-    return len(indexes)

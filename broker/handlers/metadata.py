@@ -20,7 +20,8 @@ from kafka.protocol.metadata import MetadataResponse
 
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
-from broker.topics import TopicInfo
+from broker.meta.schema import TopicInfo
+from broker.topic_validation import is_valid_topic_name
 from protocol.errors import ErrorCode
 
 _Broker = MetadataResponse.MetadataResponseBroker
@@ -75,8 +76,6 @@ async def _lookup(ctx: RequestContext, req_topic: Any, auto: bool) -> Any:
             log.warning("auto-creating topic %s failed: %s", name, exc)
             return _error_entry(ErrorCode.LEADER_NOT_AVAILABLE, name, None)
         if info is None:
-            from broker.topics import is_valid_topic_name
-
             code = (
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 if is_valid_topic_name(name)

@@ -28,8 +28,9 @@ from typing import Any
 
 from broker.handlers.registry import Encoded, RequestContext, handler_failed
 from broker.meta.base import MetaStoreError
+from broker.meta.schema import TopicInfo
 from broker.partition import AppendError, PartitionLog
-from broker.topics import TopicInfo, is_valid_topic_name
+from broker.topic_validation import is_valid_topic_name
 from protocol.batch import (
     BatchHeader,
     CorruptBatchError,

@@ -22,7 +22,8 @@ from typing import Any
 
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
-from broker.topics import TopicInfo, TopicManager
+from broker.meta.schema import TopicInfo
+from broker.topics import TopicManager
 from protocol.codec import response_class
 from protocol.errors import ErrorCode, KafkaProtocolError
 

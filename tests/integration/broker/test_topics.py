@@ -13,8 +13,9 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.meta.base import MetaStore, open_meta
+from broker.meta.schema import TopicInfo
 from broker.topic_configs import ConfigSource, ResourceType
-from broker.topics import TopicInfo, TopicManager
+from broker.topics import TopicManager
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.local_store import LocalStore
 from tests.fixtures.etcd import start_etcd

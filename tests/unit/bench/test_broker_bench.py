@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench.broker import MB, QUICK, _median, _percentile, format_table
+from bench.broker_report import format_table
+from bench.broker_run import MB, QUICK, _median
+from bench.broker_workers import _percentile
 
 
 def test_percentile_is_nearest_rank() -> None:

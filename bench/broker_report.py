@@ -1,0 +1,89 @@
+"""The report of ``bench.broker``: one table of every target's figures and the ratios
+broker/mock, then a line per broker on its memory against its configured limits."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bench.broker_run import MSG_SIZE, Plan, rate
+from bench.broker_targets import LEASE_GAP, MIB, TARGETS
+
+ROWS: list[tuple[str, str, str]] = [
+    # label, phase, metric
+    ("produce MB/s (acks=all)", "produce", "mbs"),
+    ("produce msg/s", "produce", "msgs"),
+    ("produce p50 ms (saturated)", "produce", "p50_ms"),
+    ("produce p99 ms (saturated)", "produce", "p99_ms"),
+    ("idempotent produce MB/s", "produce_idem", "mbs"),
+    ("idempotent produce msg/s", "produce_idem", "msgs"),
+    ("idempotent p50 ms (saturated)", "produce_idem", "p50_ms"),
+    ("idempotent p99 ms (saturated)", "produce_idem", "p99_ms"),
+    ("paced p50 ms", "paced", "p50_ms"),
+    ("paced p99 ms", "paced", "p99_ms"),
+    ("consume MB/s", "consume", "mbs"),
+    ("consume msg/s", "consume", "msgs"),
+]
+
+
+def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
+    res = results.get(phase)
+    if res is None:
+        return math.nan
+    if metric in ("mbs", "msgs"):
+        mbs, msgs = rate(res, steady=phase == "consume")
+        return mbs if metric == "mbs" else msgs
+    return float(res[metric])
+
+
+def _fmt(v: float) -> str:
+    if math.isnan(v):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def format_table(all_results: dict[str, dict[str, Any]], plan: Plan) -> str:
+    names = [t for t in TARGETS if t in all_results]
+    brokers = [t for t in names if t != "mock"]
+    ratios = [f"{t}/mock" for t in brokers] if "mock" in names else []
+    head = ["metric", *names, *ratios]
+    rows = [head]
+    for label, phase, metric in ROWS:
+        vals = [_metric(all_results[t], phase, metric) for t in names]
+        row = [label, *(_fmt(v) for v in vals)]
+        if ratios:
+            mock = _metric(all_results["mock"], phase, metric)
+            row += [_fmt(_metric(all_results[t], phase, metric) / mock) if mock else "-"
+                    for t in brokers]  # fmt: skip
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [
+        f"{plan.messages} x {MSG_SIZE} B values per full-speed run, {plan.partitions} "
+        f"partition(s), paced run {plan.paced_rate} msg/s for {plan.paced_seconds:g} s; "
+        "MB = 10^6 B"
+    ]
+    for i, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j])
+                               for j, c in enumerate(r)))  # fmt: skip
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    for t in brokers:
+        lines.append(_memory_line(t, all_results[t].get("memory")))
+    return "\n".join(lines)
+
+
+def _memory_line(name: str, mem: dict[str, Any] | None) -> str:
+    if not mem:
+        return f"{name}: no memory samples"
+    m = {k: v / MIB for k, v in mem.items() if isinstance(v, int | float)}
+    peaks = ", ".join(f"{k.removeprefix('kafscale_')} {v / MIB:.1f}"
+                      for k, v in sorted(mem["peaks"].items()) if k != LEASE_GAP)  # fmt: skip
+    gap = mem["peaks"].get(LEASE_GAP)
+    growth = m["max_rss"] - m["baseline_rss"]
+    verdict = "within" if growth <= m["limit_bytes"] else "OVER"
+    return (
+        f"{name} broker RSS MiB: baseline {m['baseline_rss']:.0f}, max sampled "
+        f"{m['max_rss']:.0f}, peak (VmHWM) {m['hwm_rss']:.0f}; growth {growth:.0f} {verdict} "
+        f"limits {m['limit_bytes']:.0f} (in-flight + cache); gauge peaks MiB: {peaks}"
+        + (f"; worst lease keep-alive gap {gap:.2f} s" if gap is not None else "")
+    )

@@ -1,0 +1,143 @@
+"""Running ``bench.broker``: the plan, the phases, and the rounds over the targets.
+
+Every phase (``PHASES``) runs on every target in turn, ``rounds`` times, each trial a
+worker process (``bench.broker_workers``); per target and phase the median trial is kept
+(``run_targets``). MB means 10^6 bytes of message values.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.broker_targets import Sampler, Target, cpu_seconds, profiled
+from bench.broker_workers import run_worker
+
+MSG_SIZE = 1024
+MB = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    messages: int  # per full-speed run (produce, idempotent produce, consume)
+    paced_rate: int  # msg/s of the paced latency run
+    paced_seconds: float
+    partitions: int
+    compression: str = "none"  # producers' compression.type
+
+
+QUICK = Plan(messages=60_000, paced_rate=2_000, paced_seconds=3.0, partitions=1)
+FULL = Plan(messages=150_000, paced_rate=2_000, paced_seconds=5.0, partitions=1)
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """CreateTopics on the broker. (The mock cluster has no controller to answer it; it
+    auto-creates topics with 4 partitions, of which the workers use ``partitions``.)"""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    for fut in futures.values():
+        fut.result(30)
+
+
+PHASES = ("produce", "produce_idem", "paced", "consume")
+
+
+def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, Any]]:
+    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced")}
+    if target.name != "mock":
+        create_topics(target.bootstrap, list(topics.values()), plan.partitions)
+    base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
+            "compression": plan.compression}  # fmt: skip
+    specs: dict[str, dict[str, Any]] = {
+        "produce": {"kind": "produce", "topic": topics["produce"], "messages": plan.messages,
+                    "idempotence": False},
+        "produce_idem": {"kind": "produce", "topic": topics["idem"], "messages": plan.messages,
+                         "idempotence": True},
+        "paced": {"kind": "produce", "topic": topics["paced"], "idempotence": True,
+                  "messages": int(plan.paced_rate * plan.paced_seconds), "rate": plan.paced_rate},
+        "consume": {"kind": "consume", "topic": topics["produce"], "messages": plan.messages,
+                    "rewind": target.name == "mock"},
+    }  # fmt: skip
+    return {k: {**base, **v} for k, v in specs.items()}
+
+
+def _warm_up(target: Target, plan: Plan) -> None:
+    topic = f"bench-warm-{uuid.uuid4().hex[:6]}"
+    if target.name != "mock":
+        create_topics(target.bootstrap, [topic], plan.partitions)
+    base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions}
+    run_worker({**base, "kind": "produce", "topic": topic, "messages": 2000, "idempotence": True})
+    run_worker({**base, "kind": "consume", "topic": topic, "messages": 2000})
+
+
+def _run_phase(target: Target, phase: str, spec: dict[str, Any], spy: Path | None) -> Any:
+    cpu = cpu_seconds(target.pid)
+    with profiled(target, phase, spy):
+        res = run_worker(spec)
+    res["server_cpu_s"] = cpu_seconds(target.pid) - cpu
+    print(f"  {target.name:<6} {phase:<13} {_brief(res)}", flush=True)
+    return res
+
+
+def _median(trials: list[dict[str, Any]], phase: str) -> dict[str, Any]:
+    """The trial with the median figure (throughput; p50 for the paced run)."""
+    key = (lambda r: r["p50_ms"]) if phase == "paced" else (lambda r: rate(r, True)[0])
+    return sorted(trials, key=key)[len(trials) // 2]
+
+
+def run_targets(
+    targets: list[Target], plan: Plan, rounds: int, spy_dir: Path | None
+) -> dict[str, dict[str, Any]]:
+    """Every phase on every target in turn (so they share the machine's noise alike),
+    ``rounds`` times; per target and phase the median trial is kept."""
+    for t in targets:  # load lazily imported code (the S3 client) before the baseline
+        _warm_up(t, plan)
+    samplers = {t.name: Sampler(t.pid, t.metrics_url).start()
+                for t in targets if t.pid and t.metrics_url}  # fmt: skip
+    trials: dict[str, dict[str, list[Any]]] = {t.name: {p: [] for p in PHASES} for t in targets}
+    try:
+        for r in range(rounds):
+            print(f"== round {r + 1}/{rounds}", flush=True)
+            specs = {t.name: _phase_specs(t, plan, f"{r}-{uuid.uuid4().hex[:6]}") for t in targets}
+            for phase in PHASES:
+                for t in targets:
+                    trials[t.name][phase].append(
+                        _run_phase(t, phase, specs[t.name][phase], spy_dir)
+                    )
+    finally:
+        for sampler in samplers.values():
+            sampler.stop()
+    results: dict[str, dict[str, Any]] = {}
+    for t in targets:
+        results[t.name] = {p: _median(trials[t.name][p], p) for p in PHASES}
+        results[t.name]["trials"] = trials[t.name]
+        if (sm := samplers.get(t.name)) is not None:
+            results[t.name]["memory"] = {
+                "baseline_rss": sm.baseline_rss,
+                "max_rss": max(sm.max_rss, sm.baseline_rss),
+                "hwm_rss": sm.hwm(),
+                "limit_bytes": t.limit_bytes,
+                "peaks": sm.peaks,
+            }
+    return results
+
+
+def rate(res: dict[str, Any], steady: bool = False) -> tuple[float, float]:
+    prefix = "steady_" if steady and res.get("steady_seconds") else ""
+    secs = res[prefix + "seconds"] or math.nan
+    return res[prefix + "bytes"] / secs / MB, res[prefix + "messages"] / secs
+
+
+def _brief(res: dict[str, Any]) -> str:
+    mbs, msgs = rate(res, steady=True)
+    text = f"{mbs:8.1f} MB/s {msgs:10.0f} msg/s  ({res['messages']} msgs, {res['errors']} errors)"
+    if res.get("server_cpu_s") and res["bytes"]:
+        text += f"  server CPU {res['server_cpu_s'] * 1000 / (res['bytes'] / MB):.1f} ms/MB"
+    if "p50_ms" in res:
+        text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
+    return text

@@ -1,0 +1,208 @@
+"""The targets of ``bench.broker`` and what is measured of them besides the load.
+
+A target is a bootstrap address with, for the brokers, the server process: a broker on a
+local-directory store (``local``; ``noval`` without full produce validation), the same
+broker on SeaweedFS (``s3``), or librdkafka's mock cluster hosted by a worker process
+(``mock``). Each is a context manager that starts it and stops it by PID. ``Sampler``
+samples a broker's RSS (``/proc/PID/status``) and ``/metrics`` gauges through a run,
+``cpu_seconds`` its CPU time (``/proc/PID/stat``), and ``profiled`` records it with
+py-spy during a phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MIB = 1 << 20
+TARGETS = ("local", "noval", "s3", "mock")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLimits:
+    cache_bytes: int = 64 * MIB
+    broker_inflight_bytes: int = 64 * MIB
+    connection_inflight_bytes: int = 32 * MIB
+
+    def args(self) -> list[str]:
+        return [
+            "--cache-bytes", str(self.cache_bytes),
+            "--broker-inflight-bytes", str(self.broker_inflight_bytes),
+            "--connection-inflight-bytes", str(self.connection_inflight_bytes),
+        ]  # fmt: skip
+
+
+@dataclass
+class Target:
+    name: str
+    bootstrap: str
+    pid: int | None = None  # the broker process (RSS sampling, profiling)
+    metrics_url: str | None = None
+    limit_bytes: int = 0  # broker in-flight + cache bytes
+
+
+@dataclass
+class Sampler:
+    """Samples a process's RSS (every 0.1 s) and the broker's /metrics (every 0.5 s)."""
+
+    pid: int
+    metrics_url: str | None
+    baseline_rss: int = 0
+    max_rss: int = 0
+    peaks: dict[str, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Sampler:
+        self.baseline_rss = _status_bytes(self.pid, "VmRSS")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def hwm(self) -> int:
+        return _status_bytes(self.pid, "VmHWM")
+
+    def _run(self) -> None:
+        tick = 0
+        while not self._stop.wait(0.1):
+            self.max_rss = max(self.max_rss, _status_bytes(self.pid, "VmRSS"))
+            tick += 1
+            if self.metrics_url and tick % 5 == 0:
+                for name, value in _scrape(self.metrics_url).items():
+                    self.peaks[name] = max(self.peaks.get(name, 0.0), value)
+
+
+def _status_bytes(pid: int, field_name: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process and its reaped children (all threads)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
+GAUGES = ("kafscale_inflight_bytes", "kafscale_pending_bytes", "kafscale_segment_cache_bytes")
+LEASE_GAP = "kafscale_lease_refresh_gap_max_seconds"  # keep-alive starvation under load
+
+
+def _scrape(url: str) -> dict[str, float]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in GAUGES or name == LEASE_GAP:
+            out[name] = float(value)
+    return out
+
+
+@contextlib.contextmanager
+def broker_target(
+    name: str, workdir: Path, store_url: str | None, limits: BrokerLimits, extra: list[str]
+) -> Iterator[Target]:
+    """A broker process; target ``noval`` runs it without full produce validation
+    (``bench.noval_broker``: the internal ``BrokerConfig.validate_records`` switched off)."""
+    from tests.fixtures.broker import free_port, start_broker
+
+    http = free_port()
+    args = ["--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args(), *extra]
+    module = "bench.noval_broker" if name == "noval" else "broker.cli"
+    broker = start_broker(workdir, store_url=store_url, extra_args=tuple(args), module=module)
+    try:
+        yield Target(
+            name,
+            broker.bootstrap,
+            broker.pid,
+            f"http://127.0.0.1:{http}/metrics",
+            limits.broker_inflight_bytes + limits.cache_bytes,
+        )
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def s3_target(workdir: Path, limits: BrokerLimits, extra: list[str]) -> Iterator[Target]:
+    from tests.fixtures.s3 import create_bucket, run_seaweedfs
+
+    with run_seaweedfs() as endpoint:
+        bucket = create_bucket(endpoint)
+        url = endpoint.store_url(bucket, "bench")
+        with broker_target("s3", workdir, url, limits, extra) as target:
+            yield target
+
+
+@contextlib.contextmanager
+def mock_target() -> Iterator[Target]:
+    spec = json.dumps({"kind": "mock"})
+    cmd = [sys.executable, "-m", "bench.broker", "worker", spec]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("mock cluster host exited at start")
+        yield Target("mock", json.loads(line)["bootstrap"], proc.pid)
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@contextlib.contextmanager
+def profiled(target: Target, phase: str, outdir: Path | None) -> Iterator[None]:
+    """With ``outdir``, record the broker with py-spy (collapsed stacks) during a phase."""
+    if outdir is None or target.pid is None or target.name == "mock":
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out = outdir / f"{target.name}-{phase}.txt"
+    cmd = [spy, "record", "--pid", str(target.pid), "--rate", "200", "--format", "raw",
+           "--output", str(out), "--nonblocking"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # let py-spy attach before the load starts
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)

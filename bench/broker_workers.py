@@ -1,0 +1,179 @@
+"""The load workers of ``bench.broker``: one producer or consumer per process.
+
+``python -m bench.broker worker SPEC`` runs ``worker_main(SPEC)`` (``SPEC`` is JSON): a
+producer (``kind`` produce: full speed, or paced at ``rate`` msg/s), a consumer (``kind``
+consume; ``rewind`` re-reads the mock's retained window) or the host of librdkafka's mock
+cluster (``kind`` mock: prints its bootstrap, lives until stdin closes). Produce and
+consume print one JSON line of results, which ``run_worker`` returns to the orchestrator.
+Each runs in its own process so clients never share a GIL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+WORKER_TIMEOUT = 300.0
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _produce(spec: dict[str, Any]) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            latencies.append(msg.latency() or 0.0)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": spec["bootstrap"],
+            "acks": "all",
+            "enable.idempotence": bool(spec["idempotence"]),
+            "linger.ms": 5,
+            "message.timeout.ms": int(WORKER_TIMEOUT * 1000),
+            "log_level": 3,
+            "compression.type": spec.get("compression", "none"),
+        }
+    )
+    topic, count, rate = spec["topic"], int(spec["messages"]), float(spec.get("rate", 0))
+    partitions = int(spec["partitions"])
+    size = int(spec["size"])
+    payload = os.urandom(size)
+    if spec.get("compression", "none") != "none":  # half random: compressible ~2:1
+        payload = payload[: size // 2] + bytes(size - size // 2)
+    producer.produce(topic, payload, partition=0)  # connect (and get a producer id) first
+    producer.flush(30)
+    latencies.clear()
+    start = time.perf_counter()
+    for i in range(count):
+        if rate:
+            while (wait := start + i / rate - time.perf_counter()) > 0:
+                producer.poll(wait)
+        while True:
+            try:
+                producer.produce(topic, payload, partition=i % partitions, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if not i & 255:
+            producer.poll(0)
+    unsent = producer.flush(WORKER_TIMEOUT)
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "messages": len(latencies),
+        "bytes": len(latencies) * len(payload),
+        "seconds": elapsed,
+        "errors": len(errors) + unsent,
+        "first_error": errors[0] if errors else None,
+        "p50_ms": _percentile(latencies, 0.50) * 1000,
+        "p99_ms": _percentile(latencies, 0.99) * 1000,
+    }
+
+
+def _window(consumer: Any, topic: str, partitions: int) -> int:
+    """(Re-)assign every partition at its log start; the messages up to the log end."""
+    from confluent_kafka import TopicPartition
+
+    tps, total = [], 0
+    for p in range(partitions):
+        lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        tps.append(TopicPartition(topic, p, lo))
+        total += hi - lo
+    consumer.assign(tps)
+    return total
+
+
+def _consume(spec: dict[str, Any]) -> dict[str, Any]:
+    """Read ``messages`` from the beginning. With ``rewind`` (the mock, which keeps only
+    ~5 MB per partition) the retained window is read again and again until then."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": spec["bootstrap"],
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "log_level": 3,
+            # rewinding: the watermark query waits behind an idle long poll at the log end
+            **({"fetch.wait.max.ms": 5} if spec.get("rewind") else {}),
+        }
+    )
+    topic, count, rewind = spec["topic"], int(spec["messages"]), bool(spec.get("rewind"))
+    partitions = int(spec["partitions"])
+    got = nbytes = errors = rewinds = 0
+    window = _window(consumer, topic, partitions)
+    start = time.perf_counter()
+    deadline = start + WORKER_TIMEOUT
+    first_at, first_n, first_b = 0.0, 0, 0
+    while got < count and time.perf_counter() < deadline:
+        if rewind and window <= 0:
+            window, rewinds = _window(consumer, topic, partitions), rewinds + 1
+        # ask for no more than is there: consume() waits out its timeout when short
+        for m in consumer.consume(min(10_000, count - got, window if rewind else count), 1.0):
+            if m.error() is not None:
+                errors += 1
+                continue
+            got += 1
+            window -= 1
+            nbytes += len(m.value() or b"")
+        if got and not first_at:  # steady state is timed from the first batch on
+            first_at, first_n, first_b = time.perf_counter(), got, nbytes
+    end = time.perf_counter()
+    consumer.close()
+    return {
+        "messages": got,
+        "bytes": nbytes,
+        "seconds": end - start,
+        "steady_messages": got - first_n,
+        "steady_bytes": nbytes - first_b,
+        "steady_seconds": end - first_at if first_at else 0.0,
+        "errors": errors,
+        "rewinds": rewinds,
+    }
+
+
+def _host_mock() -> None:
+    """Hold a librdkafka mock cluster; print its bootstrap; live until stdin closes."""
+    from confluent_kafka import Producer
+
+    holder = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    brokers = holder.list_topics(timeout=30).brokers
+    b = next(iter(brokers.values()))
+    print(json.dumps({"bootstrap": f"{b.host}:{b.port}"}), flush=True)
+    sys.stdin.read()
+
+
+def worker_main(spec: dict[str, Any]) -> int:
+    kind = spec["kind"]
+    if kind == "mock":
+        _host_mock()
+        return 0
+    result = _produce(spec) if kind == "produce" else _consume(spec)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.broker", "worker", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {spec['kind']} failed:\n{proc.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
