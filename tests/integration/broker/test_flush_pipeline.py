@@ -9,12 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
 from broker.partition import AppendError, AppendResult, PartitionLog
 from broker.server import Broker
 from protocol.batch import iter_batches, read_header
@@ -22,6 +20,7 @@ from protocol.errors import ErrorCode
 from protocol.records import RecordInput, build_batch, decode_batch
 from segments.format import parse_object_name
 from segments.store import Buffer, ObjectStore, StoreError
+from tests.fixtures.inprocess import local_config
 
 pytestmark = pytest.mark.integration  # an in-process broker on a TCP port
 
@@ -67,15 +66,7 @@ class GatedStore:
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = replace(
-        BrokerConfig(),
-        listen_port=0,
-        store_url=f"file://{tmp_path}/data",
-        data_dir=str(tmp_path / "data"),
-        flush_interval_ms=1,
-        merge_interval_ms=0,
-        retention_check_interval_ms=0,
-    )
+    cfg = local_config(tmp_path)
     b = Broker(cfg)
     await b.start()
     await b.topics.create(TOPIC, 1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from protocol.batch import iter_batches, read_header
 from protocol.errors import ErrorCode
 from protocol.records import RecordInput, build_batch, decode_batch
 from segments.format import index_key_for, partition_prefix
+from tests.fixtures.inprocess import local_config
 
 TOPIC = "amb"
 
@@ -74,18 +74,14 @@ def puts_under(fragment: str) -> Match:
 
 
 def config(tmp: Path, **kw: Any) -> BrokerConfig:
-    base = BrokerConfig(
-        listen_port=0,
-        store_url=f"file://{tmp}/data",
-        data_dir=str(tmp / "data"),
-        flush_interval_ms=1,
-        merge_interval_ms=3_600_000,
-        retention_check_interval_ms=3_600_000,
-        merge_min_age_ms=0,
-        merge_min_segments=2,
-        segment_delete_grace_ms=0,
-    )
-    return replace(base, **kw)
+    defaults: dict[str, Any] = {
+        "merge_interval_ms": 3_600_000,
+        "retention_check_interval_ms": 3_600_000,
+        "merge_min_age_ms": 0,
+        "merge_min_segments": 2,
+        "segment_delete_grace_ms": 0,
+    }
+    return local_config(tmp, **{**defaults, **kw})
 
 
 @pytest.fixture

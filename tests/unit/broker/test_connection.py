@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,13 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.handlers.registry import ApiHandler
 from broker.server import Broker
 from protocol.batch import crc32c
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
+from tests.fixtures.inprocess import local_config
 
 TOPIC = "t"
 WAIT = 30.0  # generous: the machine is shared
@@ -33,14 +32,8 @@ WAIT = 30.0  # generous: the machine is shared
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = replace(
-        BrokerConfig(),
-        listen_port=0,
-        store_url=f"file://{tmp_path}/data",
-        data_dir=str(tmp_path / "data"),
-        flush_interval_ms=1,
-        merge_interval_ms=0,
-        retention_check_interval_ms=0,
+    cfg = local_config(
+        tmp_path,
         max_request_bytes=100 << 20,
         queued_max_request_bytes=150 << 20,
         request_read_timeout_ms=2000,

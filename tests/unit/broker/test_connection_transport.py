@@ -23,10 +23,10 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 
-from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.server import Broker
 from protocol.apis import ApiKey
+from tests.fixtures.inprocess import local_config
 
 WAIT = 30.0
 
@@ -114,15 +114,8 @@ def request(req: Any, version: int, correlation_id: int) -> bytes:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = replace(
-        BrokerConfig(),
-        listen_port=0,
-        store_url=f"file://{tmp_path}/data",
-        data_dir=str(tmp_path / "data"),
-        merge_interval_ms=0,
-        retention_check_interval_ms=0,
-        connection_inflight_bytes=64,  # one request of more than 64 bytes pauses reading
-    )
+    # one request of more than 64 bytes pauses reading
+    cfg = local_config(tmp_path, connection_inflight_bytes=64)
     b = Broker(cfg)
     await b.start()
     try:

@@ -12,31 +12,22 @@ import logging
 import struct
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker.config import BrokerConfig
 from broker.handlers.routes import build_routes
 from broker.server import Broker
 from protocol.codec import request_class, response_class
+from tests.fixtures.inprocess import local_config
 
 WAIT = 30.0
 
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = replace(
-        BrokerConfig(),
-        listen_port=0,
-        store_url=f"file://{tmp_path}/data",
-        data_dir=str(tmp_path / "data"),
-        flush_interval_ms=1,
-        merge_interval_ms=0,
-        retention_check_interval_ms=0,
-    )
+    cfg = local_config(tmp_path)
     b = Broker(cfg)
     await b.start()
     await b.topics.create("t", 1)

@@ -32,6 +32,7 @@ from segments.format import (
     validate_segment,
 )
 from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore
+from tests.fixtures.inprocess import local_config
 
 TOPIC = "maint"
 
@@ -117,18 +118,14 @@ def span(key: str) -> tuple[int, int | None]:
 
 
 def config(tmp: Path, **kw: Any) -> BrokerConfig:
-    base = BrokerConfig(
-        listen_port=0,
-        store_url=f"file://{tmp}/data",
-        data_dir=str(tmp / "data"),
-        flush_interval_ms=1,
-        merge_interval_ms=3_600_000,  # the loop stays idle: tests drive run_once
-        retention_check_interval_ms=3_600_000,
-        merge_min_age_ms=0,
-        merge_min_segments=2,
-        segment_delete_grace_ms=0,
-    )
-    return replace(base, **kw)
+    defaults: dict[str, Any] = {
+        "merge_interval_ms": 3_600_000,  # the loop stays idle: tests drive run_once
+        "retention_check_interval_ms": 3_600_000,
+        "merge_min_age_ms": 0,
+        "merge_min_segments": 2,
+        "segment_delete_grace_ms": 0,
+    }
+    return local_config(tmp, **{**defaults, **kw})
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,20 +20,13 @@ from protocol.batch import read_header
 from protocol.errors import ErrorCode
 from protocol.records import build_batch, decode_batch
 from segments.store import open_store
+from tests.fixtures.inprocess import local_config
 
 TOPIC = "t"
 
 
 def _config(tmp_path: Path) -> BrokerConfig:
-    return replace(
-        BrokerConfig(),
-        listen_port=0,
-        store_url=f"file://{tmp_path}/data",
-        data_dir=str(tmp_path / "data"),
-        flush_interval_ms=1,
-        merge_interval_ms=0,
-        retention_check_interval_ms=0,
-    )
+    return local_config(tmp_path)
 
 
 @asynccontextmanager
