@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+from tests.integration.zombie_cluster import zc  # noqa: F401 - the durability tests' fixture
 
 TIMEOUT = 20.0
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

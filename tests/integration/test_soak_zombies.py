@@ -14,8 +14,6 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
@@ -28,7 +26,6 @@ from tests.integration.zombie_cluster import (
     WAIT,
     ZCluster,
     assert_exactly,
-    make_backend,
 )
 
 pytestmark = pytest.mark.integration
@@ -92,19 +89,6 @@ class SteadyProducer:
             self._thread.join()
         assert self.p.flush(120) == 0, "deliveries still outstanding"
         assert not self.errors, self.errors[:5]
-
-
-@pytest.fixture(params=["file", "s3"])
-def zc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZCluster]:
-    c = ZCluster(tmp_path, make_backend(request, request.param, tmp_path))
-    try:
-        yield c
-    finally:
-        c.close()
-        for n, b in c.brokers.items():
-            print(f"--- node {n} ---\n{b.log_text()[-5000:]}")
-    for b in c.brokers.values():
-        assert "Traceback" not in b.log_text()
 
 
 def verify(zc: ZCluster, topic: str, acked: dict[bytes, tuple[int, int]]) -> None:

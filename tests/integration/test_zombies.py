@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,24 +29,10 @@ from tests.integration.zombie_cluster import (
     WAIT,
     ZCluster,
     assert_exactly,
-    make_backend,
     topic_owned_by,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=["file", "s3"])
-def zc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZCluster]:
-    c = ZCluster(tmp_path, make_backend(request, request.param, tmp_path))
-    try:
-        yield c
-    finally:
-        c.close()
-        for n, b in c.brokers.items():
-            print(f"--- node {n} ---\n{b.log_text()[-6000:]}")
-    for b in c.brokers.values():
-        assert "Traceback" not in b.log_text()
 
 
 def create(bootstrap: str, topic: str, partitions: int = 1) -> None:

@@ -10,10 +10,12 @@ Every process is stopped by its PID.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -199,6 +201,27 @@ class ZCluster:
             assert got is None or got.error_code in RETRIABLE, got
             assert time.monotonic() < deadline, f"could not read {topic}-{partition}: {got}"
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def running(c: ZCluster) -> Iterator[ZCluster]:
+    """Yield ``c``; then stop every broker by its PID, print the tail of each log, and
+    fail if any broker logged a traceback."""
+    try:
+        yield c
+    finally:
+        c.close()
+        for n, b in c.brokers.items():
+            print(f"--- node {n} ---\n{b.log_text()[-6000:]}")
+    for b in c.brokers.values():
+        assert "Traceback" not in b.log_text()
+
+
+@pytest.fixture(params=["file", "s3"])
+def zc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZCluster]:
+    """Brokers on a shared directory store or on SeaweedFS, with etcd."""
+    with running(ZCluster(tmp_path, make_backend(request, request.param, tmp_path))) as c:
+        yield c
 
 
 def assert_exactly(records: list[tuple[int, bytes | None]], acked: dict[bytes, int]) -> None:
