@@ -138,26 +138,33 @@ class Reader:
         (after dropping ``lg``) when this broker no longer owns the partition, and
         StoreError when the metadata store cannot answer."""
         logs = self.logs
-        try:
-            res = await logs.meta.txn(
-                logs.committer.guard(lg), [Get(segments_prefix(lg.topic, lg.partition), True)]
-            )
-        except MetaStoreError as exc:
-            raise StoreError(f"manifest of {lg.topic}-{lg.partition} unavailable: {exc}") from exc
-        if not res.succeeded:
-            logs.drop(lg, "fenced (found while reading)")
-            raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        fresh = [SegmentMeta.from_json(entry_base(kv.key), kv.value) for kv in res.gets[0]]
-        if fresh == lg.segments:
-            log.error(
-                "%s-%d: a committed segment object is missing from the store",
-                lg.topic,
-                lg.partition,
-            )
-            return False
-        log.warning("%s-%d: manifest reloaded from the metadata store", lg.topic, lg.partition)
-        lg.set_segments(fresh)
-        return True
+        # under the commit lock: no commit of this broker is in flight, so the store's
+        # manifest and ``lg``'s can only differ if something is wrong (guarded on the
+        # owner value alone: the end revision moves with every commit)
+        async with logs.committer.lock:
+            try:
+                res = await logs.meta.txn(
+                    [logs.committer.owner_guard(lg)],
+                    [Get(segments_prefix(lg.topic, lg.partition), True)],
+                )
+            except MetaStoreError as exc:
+                raise StoreError(
+                    f"manifest of {lg.topic}-{lg.partition} unavailable: {exc}"
+                ) from exc
+            if not res.succeeded:
+                logs.drop(lg, "fenced (found while reading)")
+                raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            fresh = [SegmentMeta.from_json(entry_base(kv.key), kv.value) for kv in res.gets[0]]
+            if fresh == lg.segments:
+                log.error(
+                    "%s-%d: a committed segment object is missing from the store",
+                    lg.topic,
+                    lg.partition,
+                )
+                return False
+            log.warning("%s-%d: manifest reloaded from the metadata store", lg.topic, lg.partition)
+            lg.set_segments(fresh)
+            return True
 
 
 def _last_offset(view: memoryview) -> int:
