@@ -1,8 +1,8 @@
 """Metadata transactions whose outcome is unknown (broker/commit.py), deterministically.
 
-An in-process broker over the real embedded metadata store and a real local-directory
-store. The metadata store is wrapped so that one chosen transaction is applied and then
-reported as failed (a deadline exceeded after the store committed it), or reported as
+An in-process broker over the real embedded metadata store and a local-directory store,
+and over a real etcd and SeaweedFS (S3). The metadata store is wrapped so that one chosen
+transaction is applied and then reported as failed (a deadline exceeded after the store committed it), or reported as
 failed without being applied, or so that the store stays unreachable for a while. The
 broker must acknowledge exactly the records that were committed, delete nothing that is
 referenced, and serve every acknowledged record afterwards.
@@ -10,8 +10,9 @@ referenced, and serve every acknowledged record afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from protocol.errors import ErrorCode
 from protocol.records import RecordInput, build_batch, decode_batch
 from segments.format import index_key_for, partition_prefix
 from tests.fixtures.inprocess import local_config
+from tests.fixtures.s3 import create_bucket
 
 TOPIC = "amb"
 
@@ -84,9 +86,23 @@ def config(tmp: Path, **kw: Any) -> BrokerConfig:
     return local_config(tmp, **{**defaults, **kw})
 
 
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[tuple[Broker, FlakyMeta]]:
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["local", "s3-etcd"])
+async def node(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[Broker, FlakyMeta]]:
     cfg = config(tmp_path)
+    if request.param == "s3-etcd":
+        endpoint = request.getfixturevalue("seaweedfs_s3")
+        bucket = await asyncio.to_thread(create_bucket, endpoint)
+        cfg = config(
+            tmp_path,
+            store_url=endpoint.store_url(bucket, "kafscale"),
+            meta_url=request.getfixturevalue("etcd_url"),
+            meta_prefix=f"/amb-{uuid.uuid4().hex[:8]}",
+        )
     meta = FlakyMeta(open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix))
     b = Broker(cfg, meta=meta)  # type: ignore[arg-type]
     await b.start()
@@ -133,9 +149,10 @@ async def values(b: Broker, lg: PartitionLog) -> list[bytes]:
     return out
 
 
-def objects(tmp: Path) -> set[str]:
-    d = tmp / "data" / partition_prefix("default", TOPIC, 0)
-    return set(os.listdir(d)) if d.exists() else set()
+async def objects(b: Broker) -> set[str]:
+    """Names of the partition's objects in the store."""
+    prefix = partition_prefix("default", TOPIC, 0)
+    return {info.key[len(prefix) :] for info in await b.store.list(prefix)}
 
 
 async def end_of(b: Broker) -> dict[str, int]:
@@ -145,7 +162,7 @@ async def end_of(b: Broker) -> dict[str, int]:
 
 
 async def test_applied_commit_reported_failed_is_acknowledged(
-    node: tuple[Broker, FlakyMeta], tmp_path: Path
+    node: tuple[Broker, FlakyMeta],
 ) -> None:
     b, meta = node
     lg = await b.logs.get(TOPIC, 0)
@@ -156,28 +173,28 @@ async def test_applied_commit_reported_failed_is_acknowledged(
     assert b.logs.logs.get((TOPIC, 0)) is lg  # still the owner, at the right revision
     assert await commit(b, lg, "c") == ErrorCode.NONE
     assert await values(b, lg) == [b"a-0", b"a-1", b"b-0", b"b-1", b"c-0", b"c-1"]
-    assert {s.key for s in lg.segments} <= objects(tmp_path)
+    assert {s.key for s in lg.segments} <= await objects(b)
     b.logs.cache.clear()
     assert await values(b, lg) == [b"a-0", b"a-1", b"b-0", b"b-1", b"c-0", b"c-1"]
 
 
 async def test_unapplied_commit_reported_failed_is_retriable_and_cleans_up(
-    node: tuple[Broker, FlakyMeta], tmp_path: Path
+    node: tuple[Broker, FlakyMeta],
 ) -> None:
     b, meta = node
     lg = await b.logs.get(TOPIC, 0)
     assert await commit(b, lg, "a") == ErrorCode.NONE
-    before = objects(tmp_path)
+    before = await objects(b)
     meta.arm(puts_under("/segments/"), apply=False)
     assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR  # retriable
     assert lg.hw == 2 and lg.next_offset == 2 and (await end_of(b))["next_offset"] == 2
-    assert objects(tmp_path) == before  # its objects were never committed: removed
+    assert await objects(b) == before  # its objects were never committed: removed
     assert await commit(b, lg, "b") == ErrorCode.NONE  # the producer's retry
     assert await values(b, lg) == [b"a-0", b"a-1", b"b-0", b"b-1"]
 
 
 async def test_unknown_outcome_fails_retriably_deletes_nothing_and_heals(
-    node: tuple[Broker, FlakyMeta], tmp_path: Path
+    node: tuple[Broker, FlakyMeta],
 ) -> None:
     b, meta = node
     lg = await b.logs.get(TOPIC, 0)
@@ -186,7 +203,7 @@ async def test_unknown_outcome_fails_retriably_deletes_nothing_and_heals(
     meta.arm(puts_under("/segments/"), apply=True, down=1_000_000)
     assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR
     assert lg.state == "closed" and b.logs.logs.get((TOPIC, 0)) is None
-    names = objects(tmp_path)
+    names = await objects(b)
     assert len([n for n in names if n.endswith(".kfs")]) == 2  # nothing deleted
     meta.down = 0  # the store is back: the next request takes the partition afresh
     lg2 = await b.logs.get(TOPIC, 0)
@@ -197,7 +214,7 @@ async def test_unknown_outcome_fails_retriably_deletes_nothing_and_heals(
 
 
 async def test_merge_with_an_unknown_outcome_loses_nothing(
-    node: tuple[Broker, FlakyMeta], tmp_path: Path
+    node: tuple[Broker, FlakyMeta],
 ) -> None:
     b, meta = node
     lg = await b.logs.get(TOPIC, 0)
@@ -211,16 +228,16 @@ async def test_merge_with_an_unknown_outcome_loses_nothing(
     assert await maint.merge_partition(lg) == 1
     assert [(s.base, s.last) for s in lg.segments] == [(0, 7)]
     await maint.flush_deletes()
-    assert {lg.segments[0].key, index_key_for(lg.segments[0].key)} == objects(tmp_path)
+    assert {lg.segments[0].key, index_key_for(lg.segments[0].key)} == await objects(b)
     b.logs.cache.clear()
     assert await values(b, lg) == expected
     # not applied, reported failed: the merged object goes, the run stays
     for tag in "efgh":
         assert await commit(b, lg, tag) == ErrorCode.NONE
-    before = objects(tmp_path)
+    before = await objects(b)
     meta.arm(puts_under("/segments/"), apply=False)
     assert await maint.merge_partition(lg) == 0
-    assert len(lg.segments) == 5 and objects(tmp_path) == before
+    assert len(lg.segments) == 5 and await objects(b) == before
     b.logs.cache.clear()
     assert await values(b, lg) == expected + [f"{t}-{j}".encode() for t in "efgh" for j in range(2)]
 
