@@ -2,10 +2,11 @@
 
 An in-process broker over the real embedded metadata store and a local-directory store,
 and over a real etcd and SeaweedFS (S3). The metadata store is wrapped so that one chosen
-transaction is applied and then reported as failed (a deadline exceeded after the store committed it), or reported as
-failed without being applied, or so that the store stays unreachable for a while. The
-broker must acknowledge exactly the records that were committed, delete nothing that is
-referenced, and serve every acknowledged record afterwards.
+transaction is applied and then reported as failed (a deadline exceeded after the store
+committed it), or reported as failed without being applied, or so that the store stays
+unreachable for a while. The broker must acknowledge exactly the records that were
+committed, delete nothing that is referenced, and serve every acknowledged record
+afterwards.
 """
 
 from __future__ import annotations
