@@ -70,6 +70,7 @@ class _EnvOption:
     default: Any
     convert: Callable[[str], Any] | None
     choices: Sequence[str] | None
+    append: bool = False  # repeatable; the environment variable is a comma list
 
 
 class EnvParser:
@@ -93,16 +94,19 @@ class EnvParser:
         default: Any = None,
         type: Callable[[str], Any] | None = None,
         choices: Sequence[str] | None = None,
+        append: bool = False,
     ) -> None:
-        """``flag VALUE``. A string ``default`` goes through ``type`` like a given value."""
+        """``flag VALUE``. A string ``default`` goes through ``type`` like a given value.
+        ``append``: the flag repeats (a list; its variable holds a comma-separated list)."""
         action = self.parser.add_argument(
             flag,
             default=None,
             type=type or str,
             choices=choices,
-            help=f"{help} (env {env_name(flag)})",
+            action="append" if append else "store",
+            help=f"{help} (env {env_name(flag)}{', comma-separated' if append else ''})",
         )
-        self._options.append(_EnvOption(flag, action.dest, default, type, choices))
+        self._options.append(_EnvOption(flag, action.dest, default, type, choices, append))
 
     def switch(self, flag: str, help: str) -> None:
         """``flag`` alone turns it on; ``KAFSCALE_<FLAG>`` is read with :func:`parse_bool`."""
@@ -127,6 +131,10 @@ class EnvParser:
         return ns
 
     def _from_env(self, opt: _EnvOption, raw: str) -> Any:
+        if opt.append:
+            items = [x.strip() for x in raw.split(",") if x.strip()]
+            return [self._from_env(_EnvOption(opt.flag, opt.dest, None, opt.convert,
+                                              opt.choices), x) for x in items]  # fmt: skip
         try:
             value = opt.convert(raw) if opt.convert is not None else raw
         except (ValueError, argparse.ArgumentTypeError) as exc:
@@ -159,6 +167,8 @@ COMMANDS: dict[str, Command] = {
     "groups": Command(
         "broker.cli_groups:main", "list | describe GROUP | reset-offsets ... | delete GROUP"
     ),
+    "users": Command("broker.cli_security:users_main", "create | delete | list SCRAM users"),
+    "acls": Command("broker.cli_security:acls_main", "add | remove | list ACL bindings"),
     "segments inspect": Command("segments.inspect:main", "PATH|URL [--verify]: validate a segment"),
     "partitions truncate": Command(
         "broker.repair:truncate_main", "TOPIC PARTITION --to N: cut a partition back (repair)"

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.cli import EnvParser, bool_arg
+from broker.cli_security import add_broker_flags as add_security_flags
+from broker.cli_security import security_config
 from broker.config import BrokerConfig
 
 LOCAL_FLUSH_INTERVAL_MS = 2  # a local directory commits in a few ms
@@ -31,10 +33,18 @@ def hostport(value: str) -> tuple[str, int | None]:
     return host.strip("[]"), int(port)
 
 
+APPEND_FLAGS = frozenset({"advertised-listener"})
+
 # flag -> (config field, type, help)
 BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("listen", "", hostport, "HOST:PORT to listen on (default 127.0.0.1:9092)"),
-    ("advertised-listener", "", hostport, "HOST:PORT clients are told (default: --listen)"),
+    (
+        "advertised-listener",
+        "",
+        str,
+        "HOST:PORT clients are told (default: --listen), or NAME://HOST:PORT for a "
+        "--listener; repeatable",
+    ),
     (
         "store",
         "store_url",
@@ -161,7 +171,8 @@ def broker_parser() -> EnvParser:
         "Run a Kafka-compatible broker. Each flag also reads KAFSCALE_<FLAG>.",
     )
     for flag, _field, typ, help_ in BROKER_FLAGS:
-        pp.option(f"--{flag}", help_, type=typ)
+        pp.option(f"--{flag}", help_, type=typ, append=flag in APPEND_FLAGS)
+    add_security_flags(pp)
     return pp
 
 
@@ -176,12 +187,31 @@ def config_from_args(argv: Sequence[str]) -> tuple[BrokerConfig, str]:
     host, port = args["listen"] or DEFAULT_LISTEN
     port = DEFAULT_LISTEN[1] if port is None else port
     values["listen_host"], values["listen_port"] = host, port
-    if args["advertised_listener"]:
-        ahost, aport = args["advertised_listener"]
+    adv = list(args["advertised_listener"] or [])
+    args["advertised_named"] = [a for a in adv if "://" in a]
+    plain = [a for a in adv if "://" not in a]
+    if len(plain) > 1:
+        raise SystemExit("kafscale broker: one HOST:PORT --advertised-listener (for --listen)")
+    if plain:
+        ahost, aport = hostport(plain[0])
         aport = port if aport is None else aport
     else:
         ahost, aport = (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"), port
     values["advertised_host"], values["advertised_port"] = ahost, aport
+    try:
+        security = security_config(
+            args, (host, port, ahost, aport) if args["listen"] or plain else None
+        )
+    except ValueError as exc:
+        raise SystemExit(f"kafscale broker: {exc}") from None
+    values["security"] = security
+    if security.listeners:  # the first listener stands for the broker's default address
+        first = security.listeners[0]
+        values["listen_host"], values["listen_port"] = first.host, first.port
+        values["advertised_host"], values["advertised_port"] = (
+            first.advertised_host,
+            first.advertised_port,
+        )
     store = str(values.get("store_url", ""))
     if store and "://" not in store:
         values["store_url"] = "file://" + store

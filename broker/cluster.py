@@ -36,6 +36,17 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # every advertised listener: (name, host, port); empty for a plaintext-only broker
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str | None) -> tuple[str, int]:
+        """The advertised (host, port) of ``listener`` (the client's own listener), or
+        the broker's default address when it has no such listener."""
+        if listener is not None:
+            for name, host, port in self.endpoints:
+                if name == listener:
+                    return host, port
+        return self.host, self.port
 
 
 def _score(key: str, node_id: int) -> int:
@@ -64,8 +75,11 @@ class Cluster:
     def __init__(self, meta: MetaStore, config: BrokerConfig) -> None:
         self.meta = meta
         self.config = config
+        endpoints = tuple(
+            (x.name, x.advertised_host, x.advertised_port) for x in config.security.listeners
+        )
         self.me = BrokerInfo(
-            config.node_id, config.advertised_host, config.advertised_port, config.rack
+            config.node_id, config.advertised_host, config.advertised_port, config.rack, endpoints
         )
         self.lease_id = 0
         self._brokers: dict[int, BrokerInfo] = {self.me.node_id: self.me}
@@ -130,9 +144,11 @@ class Cluster:
         the key until its lease expires; we wait for that, watching the key.
         """
         key = broker_key(self.me.node_id)
-        value = json.dumps(
-            {"host": self.me.host, "port": self.me.port, "rack": self.me.rack}
-        ).encode()
+        me = self.me
+        record: dict[str, object] = {"host": me.host, "port": me.port, "rack": me.rack}
+        if self.me.endpoints:
+            record["listeners"] = {name: [h, p] for name, h, p in self.me.endpoints}
+        value = json.dumps(record).encode()
         self.lease_id = await self.meta.grant_lease(self.config.lease_ttl_s)
         self._lease_until = asyncio.get_running_loop().time() + self.config.lease_ttl_s
         while True:
@@ -276,7 +292,11 @@ class Cluster:
     def _decode_broker(self, value: bytes, node_id: int) -> BrokerInfo | None:
         try:
             d = json.loads(value)
-            return BrokerInfo(node_id, str(d["host"]), int(d["port"]), d.get("rack"))
+            endpoints = tuple(
+                (str(name), str(hp[0]), int(hp[1]))
+                for name, hp in dict(d.get("listeners") or {}).items()
+            )
+            return BrokerInfo(node_id, str(d["host"]), int(d["port"]), d.get("rack"), endpoints)
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from broker.security.config import SecurityConfig
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
@@ -57,6 +59,8 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
+    # listeners, TLS, SASL, ACLs (broker/security/, docs/operations.md "Security")
+    security: SecurityConfig = SecurityConfig()
 
     @staticmethod
     def new_cluster_id() -> str:

@@ -29,6 +29,13 @@ has a top-level error code, empty results otherwise); each (API, exception type)
 with its traceback once, then at DEBUG. The exception: the metadata or object store being
 unavailable (``UNAVAILABLE``) closes the connection, so that clients reconnect and retry
 instead of failing their records.
+
+Security (docs/operations.md, "Security"): each connection belongs to a listener and has a
+``broker.security.sasl.Session``. On a SASL listener only ApiVersions and the SASL APIs
+are served before authentication (anything else closes the connection), the connection
+is closed if it has not authenticated within ``--sasl-auth-timeout-ms``, and a failed
+authentication closes it once its answer is written. After SaslHandshake v0 the SASL
+tokens arrive as bare frames without a request header.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from broker.frames import PartialFrames
 from broker.handlers import Encoded, RequestContext
 from broker.handlers.registry import handler_failed
 from broker.meta.base import MetaStoreError
+from broker.security.config import Listener
+from broker.security.sasl import Session, authenticate_step
 from protocol.apis import ApiKey
 from protocol.codec import (
     api_versions_fallback,
@@ -81,8 +90,11 @@ class _Raw:
 
 
 class Connection(PartialFrames, asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: Listener | None = None) -> None:
         self.broker = broker
+        self.listener = listener
+        self.session = Session(listener)
+        self._auth_timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self._scratch = bytearray(SCRATCH)
@@ -119,13 +131,32 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                 pass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
+        self._start_session(transport)
         self.broker.connections.add(self)
         self._tasks = [
             asyncio.create_task(self._process_loop(), name=f"conn-process {self.peer}"),
             asyncio.create_task(self._write_loop(), name=f"conn-write {self.peer}"),
         ]
 
+    def _start_session(self, transport: asyncio.BaseTransport) -> None:
+        security = getattr(self.broker, "security", None)
+        if security is None or self.listener is None:
+            return
+        self.session = security.session(self.listener, transport.get_extra_info("peercert"))
+        if self.session.sasl:
+            timeout = security.config.auth_timeout_ms / 1000
+            self._auth_timer = asyncio.get_running_loop().call_later(timeout, self._auth_expired)
+
+    def _auth_expired(self) -> None:
+        self._auth_timer = None
+        if not self.session.authenticated and not self._closed:
+            log.warning("closing %s: not authenticated in time", self.peer)
+            self.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
         peer_closed = not self._closed
         self._closed = True
         self.broker.connections.discard(self)
@@ -302,10 +333,21 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             self._out_ready.set()
 
     async def _dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any, int] | None:
+        size = len(frame)
+        session = self.session
+        if session.failed:  # the failure answer is on its way; then the connection closes
+            self._answered(size)
+            return None
+        if session.raw_tokens:
+            return await self._raw_token(frame)
         mv = memoryview(frame)
         hdr = parse_request_header(mv)
         api = self.broker.routes.get(hdr.api_key)
-        size = len(frame)
+        if not session.permits(hdr.api_key):
+            raise KafkaProtocolError(
+                ErrorCode.ILLEGAL_SASL_STATE,
+                f"API {hdr.api_key} before authentication (or after the session expired)",
+            )
         if api is None:
             raise KafkaProtocolError(
                 ErrorCode.INVALID_REQUEST, f"unknown API key {hdr.api_key} v{hdr.api_version}"
@@ -324,7 +366,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             request = api.decode(body, hdr.api_version)
         else:
             request = decode_request(hdr.api_key, hdr.api_version, body)
-        ctx = RequestContext(self.broker, hdr, self.peer)
+        ctx = RequestContext(self.broker, hdr, self.peer, session)
         try:
             result = await api.handle(ctx, request)
         except UNAVAILABLE:
@@ -338,6 +380,20 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             self._answered(size)
             return None
         return hdr, result, size
+
+    async def _raw_token(self, frame: bytearray) -> tuple[RequestHeader, Any, int] | None:
+        """A bare SASL token after SaslHandshake v0; answered as a bare frame."""
+        security = self.broker.security
+        session = self.session
+        res = await authenticate_step(
+            session, security.credentials, security.jwt, bytes(frame), self.peer
+        )
+        if res.error is not None:
+            raise KafkaProtocolError(ErrorCode.SASL_AUTHENTICATION_FAILED, res.error)
+        if res.done:
+            session.raw_tokens = False
+        out = len(res.token).to_bytes(4, "big") + res.token
+        return RequestHeader(ApiKey.SASL_AUTHENTICATE, 0, 0, None, 0), _Raw([out]), len(frame)
 
     def _answered(self, size: int) -> None:
         self.inflight -= size
@@ -371,6 +427,9 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             self._answered(size)
             if bufs:
                 self._send(bufs)
+                if self.session.failed:  # authentication failed: answered, now close
+                    self.close()
+                    return
                 if not self._can_write.is_set():
                     await self._can_write.wait()
 

@@ -20,6 +20,8 @@ from broker.handlers.routes import build_routes
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
+from broker.security.config import Listener
+from broker.security.manager import SecurityManager
 from broker.topics import TopicManager
 from groupcoord import GroupConfig, GroupCoordinator
 from segments.store import ObjectStore, open_store
@@ -94,7 +96,9 @@ class Broker:
             config.broker_inflight_bytes,
             config.queued_max_request_bytes,
         )
+        self.security = SecurityManager(config.security, self.meta)
         self._server: asyncio.Server | None = None
+        self._servers: dict[str, asyncio.Server] = {}  # listener name -> server
         self._http: HttpServer | None = None
         self.started = asyncio.Event()
 
@@ -114,15 +118,35 @@ class Broker:
         await self.topics.start()
         await self.logs.start()
         self.groups = await self._start_groups()
+        await self.security.start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self),
-            self.config.listen_host,
-            self.config.listen_port,
+        if not self.config.security.listeners:
+            self._server = await loop.create_server(
+                lambda: Connection(self),
+                self.config.listen_host,
+                self.config.listen_port,
+                reuse_address=True,
+                backlog=1024,
+            )
+        for listener in self.config.security.listeners:
+            self._servers[listener.name] = await self._listen(loop, listener)
+        if self._server is None:
+            self._server = next(iter(self._servers.values()))
+        self.started.set()
+
+    async def _listen(self, loop: asyncio.AbstractEventLoop, listener: Listener) -> asyncio.Server:
+        return await loop.create_server(
+            lambda: Connection(self, listener),
+            listener.host,
+            listener.port,
+            ssl=self.security.ssl_context(listener),
             reuse_address=True,
             backlog=1024,
         )
-        self.started.set()
+
+    def listener_port(self, name: str) -> int:
+        """The bound port of listener ``name``."""
+        return int(self._servers[name].sockets[0].getsockname()[1])
 
     async def _start_groups(self) -> GroupCoordinator:
         coordinator = GroupCoordinator(
@@ -150,6 +174,8 @@ class Broker:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        for server in self._servers.values():
+            server.close()
         for conn in list(self.connections):
             conn.close()
         if self._http is not None:
@@ -157,6 +183,7 @@ class Broker:
         if self.groups is not None:
             with contextlib.suppress(Exception):
                 await self.groups.stop()
+        await self.security.stop()
         await self.logs.stop()
         await self.topics.stop()
         await self.cluster.stop()
@@ -186,6 +213,16 @@ async def serve(config: BrokerConfig) -> None:
         _redact(config.store_url),
         _redact(config.meta_url),
     )
+    for x in config.security.listeners:
+        log.info(
+            "listener %s (%s) on %s:%d, advertised %s:%d",
+            x.name,
+            x.protocol,
+            x.host,
+            broker.listener_port(x.name),
+            x.advertised_host,
+            x.advertised_port,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

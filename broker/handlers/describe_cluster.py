@@ -13,6 +13,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeClusterResponse
 
 from broker.handlers.registry import RequestContext
+from broker.security.authz import Operation, allowed_cluster, listener_name
 from protocol.errors import ErrorCode
 
 _Broker = DescribeClusterResponse.DescribeClusterBroker
@@ -20,6 +21,16 @@ _Broker = DescribeClusterResponse.DescribeClusterBroker
 
 async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if not allowed_cluster(ctx, Operation.DESCRIBE):
+        return DescribeClusterResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            error_message=None,
+            endpoint_type=getattr(request, "endpoint_type", 1),
+            cluster_id=broker.cluster_id,
+            controller_id=-1,
+            brokers=[],
+        )
     if getattr(request, "endpoint_type", 1) not in (1,):
         return DescribeClusterResponse(
             throttle_time_ms=0,
@@ -38,7 +49,8 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=broker.cluster.controller_id(),
         brokers=[
-            _Broker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            _Broker(broker_id=b.node_id, host=h, port=p, rack=b.rack)
             for b in broker.cluster.brokers()
+            for h, p in (b.address(listener_name(ctx)),)
         ],
     )

@@ -43,6 +43,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from broker.handlers.registry import Handler, RequestContext
+from broker.security.authz import Operation, ResourceType, allowed, listener_name
 from groupcoord import GroupCoordinator, JoinRequest, JoinResult
 from protocol.errors import ErrorCode
 
@@ -106,8 +107,11 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, int,
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if ctx.broker.groups is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    if not allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, -1, "", -1
     info = ctx.broker.cluster.group_coordinator(key)
-    return ErrorCode.NONE, info.node_id, info.host, info.port
+    host, port = info.address(listener_name(ctx))
+    return ErrorCode.NONE, info.node_id, host, port
 
 
 async def find_coordinator(ctx: RequestContext, request: Any) -> Any:

@@ -21,6 +21,7 @@ from kafka.protocol.metadata import MetadataResponse
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
+from broker.security.authz import listener_name
 from broker.topic_validation import is_valid_topic_name
 from protocol.errors import ErrorCode
 
@@ -100,9 +101,11 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
         topics = [_topic_entry(ctx, info) for info in sorted(broker.topics.all(), key=_name)]
     else:
         topics = [await _lookup(ctx, t, auto) for t in requested]
+    listener = listener_name(ctx)
     brokers = [
-        _Broker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+        _Broker(node_id=b.node_id, host=h, port=p, rack=b.rack)
         for b in broker.cluster.brokers()
+        for h, p in (b.address(listener),)
     ]
     return MetadataResponse(
         throttle_time_ms=0,

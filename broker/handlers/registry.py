@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.config import BrokerConfig
     from broker.logs import LogManager
+    from broker.security.sasl import Session
     from broker.topics import TopicManager
     from groupcoord import GroupCoordinator
 
@@ -67,6 +68,7 @@ class RequestContext:
     broker: BrokerContext
     header: RequestHeader
     peer: str = ""  # "host:port" of the client
+    session: Session | None = None  # listener + principal (broker.security.sasl)
 
 
 @dataclass(frozen=True, slots=True)

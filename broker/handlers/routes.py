@@ -9,6 +9,7 @@ Kafka. ApiVersions advertises exactly this table; the connection dispatches on i
 from __future__ import annotations
 
 from broker.handlers import (
+    acls,
     api_versions,
     configs,
     delete_records,
@@ -21,6 +22,8 @@ from broker.handlers import (
     metadata,
     produce,
     producer_ids,
+    sasl,
+    scram_users,
     topics_admin,
 )
 from broker.handlers.registry import ApiHandler as Route
@@ -55,6 +58,18 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, configs.incremental_alter_configs),
         Route(ApiKey.OFFSET_DELETE, 0, 0, group_offsets.offset_delete),
         Route(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.describe_cluster),
+        Route(ApiKey.SASL_HANDSHAKE, 0, 1, sasl.sasl_handshake),
+        Route(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl.sasl_authenticate),
+        Route(ApiKey.DESCRIBE_ACLS, 1, 3, acls.describe_acls),
+        Route(ApiKey.CREATE_ACLS, 1, 3, acls.create_acls),
+        Route(ApiKey.DELETE_ACLS, 1, 3, acls.delete_acls),
+        Route(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            0,
+            0,
+            scram_users.describe_user_scram_credentials,
+        ),
+        Route(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, scram_users.alter_user_scram_credentials),
     )
     table: dict[int, Route] = {}
     for route in routes:

@@ -4,7 +4,7 @@ Imports nothing from the server: the broker, the CLI, the ingest job and the ben
 build and parse metadata keys and values here and nowhere else.
 
     /cluster/id                            -> {id}
-    /brokers/{id}                          -> {host, port, rack}                 (leased)
+    /brokers/{id}                          -> {host, port, rack, listeners?}     (leased)
     /topics/{topic}                        -> TopicInfo
     /owners/{topic}/{p}                    -> owner_value(broker, epoch, topic id)  (leased)
     /logs/{topic}/{p}/end                  -> EndValue
@@ -13,6 +13,8 @@ build and parse metadata keys and values here and nowhere else.
     /groups/{group, quoted}/state          -> groupcoord.GroupRecord
     /groups/{group, quoted}/offsets/{t}/{p}-> groupcoord.OffsetRecord
     /producers/next-id                     -> next free producer id (decimal)
+    /security/scram/{user, quoted}/{mech}  -> broker.security.scram.ScramCredential JSON
+    /security/acls/{sha256 of the binding} -> broker.security.acl.AclBinding JSON
 """
 
 from __future__ import annotations
@@ -236,3 +238,35 @@ class SegmentMeta:
             str(d.get("key", "")),
             int(d.get("created", -1)),
         )
+
+
+# ---------------------------------------------------------------------------- security
+
+
+SCRAM_PREFIX = "/security/scram/"
+ACLS_PREFIX = "/security/acls/"
+
+
+def scram_user_prefix(user: str) -> str:
+    return f"{SCRAM_PREFIX}{quote(user, safe='')}/"
+
+
+def scram_key(user: str, mechanism: str) -> str:
+    """``/security/scram/{user}/{mechanism}``: one SCRAM credential (no password)."""
+    return scram_user_prefix(user) + mechanism
+
+
+def scram_of_key(key: str) -> tuple[str, str] | None:
+    """(user, mechanism) of a ``scram_key`` (None for anything else)."""
+    from urllib.parse import unquote
+
+    rest = key[len(SCRAM_PREFIX) :] if key.startswith(SCRAM_PREFIX) else ""
+    user, sep, mechanism = rest.partition("/")
+    return (unquote(user), mechanism) if sep and user and mechanism else None
+
+
+def acl_key(binding_json: bytes) -> str:
+    """``/security/acls/{sha256}``: one ACL binding, named by its canonical JSON."""
+    import hashlib
+
+    return ACLS_PREFIX + hashlib.sha256(binding_json).hexdigest()
