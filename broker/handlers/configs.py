@@ -24,6 +24,7 @@ from typing import Any
 
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
+from broker.security import authz
 from broker.topic_configs import ConfigEntry, ResourceType
 from broker.topics import TopicManager
 from protocol.codec import response_class
@@ -75,7 +76,11 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for res in request.resources:
         code, message, entries = ErrorCode.NONE, None, []
+        op = authz.Operation.DESCRIBE_CONFIGS
+        denied = authz.config_denied(ctx, op, res.resource_type, res.resource_name)
         try:
+            if denied:
+                raise KafkaProtocolError(ErrorCode(denied), "not authorized")
             entries = topics.describe_configs(
                 res.resource_type, res.resource_name, res.configuration_keys, synonyms, docs
             )
@@ -122,6 +127,10 @@ async def _alter_one(
 ) -> Exception | None:
     topics: TopicManager = ctx.broker.topics
     configs = list(res.configs or ())
+    op = authz.Operation.ALTER_CONFIGS
+    denied = authz.config_denied(ctx, op, res.resource_type, res.resource_name)
+    if denied:
+        return KafkaProtocolError(ErrorCode(denied), "not authorized")
     if res.resource_type != ResourceType.TOPIC:
         return _not_alterable(ctx, res.resource_type, res.resource_name) if configs else None
     dup = _twice([c.name for c in configs])

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.handlers.registry import RequestContext
+from broker.security.authz import Operation, ResourceType, allowed
 from protocol.codec import response_class
 from protocol.errors import ErrorCode, KafkaProtocolError
 
@@ -28,6 +29,9 @@ _Part = _Topic.DeleteRecordsPartitionResult
 
 async def _partition(ctx: RequestContext, topic: str, index: int, offset: int) -> Any:
     logs = ctx.broker.logs
+    if not allowed(ctx, Operation.DELETE, ResourceType.TOPIC, topic):
+        code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        return _Part(partition_index=index, low_watermark=-1, error_code=code)
     try:
         lg = await logs.get(topic, index)
         if logs.maintenance is None:

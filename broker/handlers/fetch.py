@@ -32,6 +32,7 @@ from typing import Any
 from broker.handlers.registry import Encoded, RequestContext
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
+from broker.security.authz import Operation, ResourceType, allowed
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.fetch_fast import (
     FetchPartitionData,
@@ -68,10 +69,13 @@ async def _resolve(
             info = topics.get(t.topic)
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         name = info.name if info else (t.topic if version < 13 else "")
+        denied = bool(name) and not allowed(ctx, Operation.READ, ResourceType.TOPIC, name)
         wants = []
         for p in t.partitions:
             w = _Want(p.partition, p.fetch_offset, p.partition_max_bytes, None)
-            if info is None:
+            if denied:
+                w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif info is None:
                 w.error = missing
             else:
                 try:

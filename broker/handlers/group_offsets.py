@@ -28,6 +28,7 @@ from kafka.protocol.consumer import (
 
 from broker.handlers.groups import coordinator, group_error, guarded
 from broker.handlers.registry import RequestContext
+from broker.security.authz import Operation, ResourceType, allowed
 from groupcoord import OffsetCommit, OffsetRecord, TopicPartition
 from protocol.errors import ErrorCode
 
@@ -106,6 +107,9 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics or []:
         for p in topic.partitions or []:
             tp = TopicPartition(topic.name, p.partition_index)
+            if not allowed(ctx, Operation.READ, ResourceType.TOPIC, topic.name):
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not _known(ctx, tp):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -145,14 +149,19 @@ async def _fetch_group(
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes or []]
-    err = group_error(ctx, group_id)
+    err = group_error(ctx, group_id, Operation.DESCRIBE)
     offsets: dict[TopicPartition, OffsetRecord] = {}
     if err is None:
         err, offsets = await coordinator(ctx).fetch_offsets(group_id, wanted)
     rows: dict[str, list[tuple[int, OffsetRecord | None, ErrorCode]]] = {}
     for tp in wanted if wanted is not None else sorted(offsets, key=_tp_key):
         pe = err if err is not ErrorCode.NONE else ErrorCode.NONE
-        rows.setdefault(tp.topic, []).append((tp.partition, offsets.get(tp), pe))
+        rec = offsets.get(tp)
+        if not allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, tp.topic):
+            if wanted is None:
+                continue  # all offsets: topics the principal may not see are left out
+            pe, rec = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+        rows.setdefault(tp.topic, []).append((tp.partition, rec, pe))
     return err, list(rows.items())
 
 
@@ -220,11 +229,13 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics or []:
         for p in topic.partitions or []:
             tp = TopicPartition(topic.name, p.partition_index)
-            if _known(ctx, tp):
+            if not allowed(ctx, Operation.READ, ResourceType.TOPIC, topic.name):
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif _known(ctx, tp):
                 wanted.append(tp)
             else:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    top = group_error(ctx, group_id)
+    top = group_error(ctx, group_id, Operation.DELETE)
     if top is None:
         result = await coordinator(ctx).delete_offsets(group_id, wanted)
         top = result.error

@@ -43,7 +43,13 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from broker.handlers.registry import Handler, RequestContext
-from broker.security.authz import Operation, ResourceType, allowed, listener_name
+from broker.security.authz import (
+    Operation,
+    ResourceType,
+    allowed,
+    allowed_cluster,
+    listener_name,
+)
 from groupcoord import GroupCoordinator, JoinRequest, JoinResult
 from protocol.errors import ErrorCode
 
@@ -77,8 +83,13 @@ def guarded(fallback: Fallback) -> Callable[[Handler], Handler]:
     return wrap
 
 
-def group_error(ctx: RequestContext, group_id: str) -> ErrorCode | None:
-    """The error for a group request this broker cannot serve, or None."""
+def group_error(
+    ctx: RequestContext, group_id: str, op: Operation = Operation.READ
+) -> ErrorCode | None:
+    """The error for a group request this broker cannot serve (or ``op`` on the group
+    is not authorized), or None."""
+    if not allowed(ctx, op, ResourceType.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
     if ctx.broker.groups is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if not ctx.broker.cluster.owns_group(group_id):
@@ -267,7 +278,7 @@ def _error_described(group_id: str, err: ErrorCode) -> Any:
 
 
 async def _describe(ctx: RequestContext, group_id: str) -> Any:
-    err = group_error(ctx, group_id)
+    err = group_error(ctx, group_id, Operation.DESCRIBE)
     if err is not None:
         return _error_described(group_id, err)
     d = await coordinator(ctx).describe_group(group_id)
@@ -316,6 +327,10 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
         _Listed(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state)
         for g in await coordinator(ctx).list_groups(states or None)
         if owns(g.group_id)
+        and (
+            allowed_cluster(ctx, Operation.DESCRIBE)
+            or allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, g.group_id)
+        )
     ]
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=listed)
 
@@ -329,7 +344,7 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
 async def delete_groups(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in request.groups_names or []:
-        err = group_error(ctx, group_id)
+        err = group_error(ctx, group_id, Operation.DELETE)
         if err is None:
             err = (await coordinator(ctx).delete_groups([group_id]))[group_id]
         results.append(_Deleted(group_id=group_id, error_code=int(err)))

@@ -14,6 +14,7 @@ from typing import Any
 from kafka.protocol.consumer import OffsetForLeaderEpochResponse
 
 from broker.handlers.registry import RequestContext
+from broker.security.authz import Operation, ResourceType, allowed
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
@@ -22,6 +23,9 @@ _Part = _Topic.EpochEndOffset
 
 async def _partition(ctx: RequestContext, topic: str, p: Any) -> Any:
     info = ctx.broker.topics.get(topic)
+    if not allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
+        code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return _Part(error_code=int(code), partition=p.partition, leader_epoch=-1, end_offset=-1)
     if info is None or not 0 <= p.partition < info.partitions:
         code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return _Part(error_code=int(code), partition=p.partition, leader_epoch=-1, end_offset=-1)

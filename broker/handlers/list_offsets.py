@@ -19,6 +19,7 @@ from broker.handlers.registry import RequestContext
 from broker.logs import LogManager
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
+from broker.security.authz import Operation, ResourceType, allowed
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.records import decode_batch
 from segments.format import iter_segment_batches
@@ -74,6 +75,9 @@ async def _lookup(ctx: RequestContext, lg: PartitionLog, ts: int) -> tuple[int, 
 
 
 async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: int) -> Any:
+    if topic and not allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
+        code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        return _Part(partition_index=p.partition_index, error_code=code, offset=-1, timestamp=-1)
     info = ctx.broker.topics.get(topic) if topic else None
     if topic is None or info is None or not 0 <= p.partition_index < info.partitions:
         return _Part(partition_index=p.partition_index, error_code=3, offset=-1, timestamp=-1)

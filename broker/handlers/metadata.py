@@ -21,7 +21,13 @@ from kafka.protocol.metadata import MetadataResponse
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
-from broker.security.authz import listener_name
+from broker.security.authz import (
+    Operation,
+    ResourceType,
+    allowed,
+    listener_name,
+    may_create_topic,
+)
 from broker.topic_validation import is_valid_topic_name
 from protocol.errors import ErrorCode
 
@@ -58,6 +64,10 @@ def _error_entry(code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) 
     return _Topic(error_code=int(code), name=name, topic_id=topic_id or _ZERO_UUID, partitions=[])
 
 
+def _visible(ctx: RequestContext, name: str) -> bool:
+    return allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
+
+
 async def _lookup(ctx: RequestContext, req_topic: Any, auto: bool) -> Any:
     topics = ctx.broker.topics
     name = getattr(req_topic, "name", None)
@@ -66,11 +76,13 @@ async def _lookup(ctx: RequestContext, req_topic: Any, auto: bool) -> Any:
         if topic_id is None or topic_id == _ZERO_UUID:
             return _error_entry(ErrorCode.INVALID_REQUEST, None, None)
         info = topics.get_by_id(topic_id)
-        if info is None:
+        if info is None or not _visible(ctx, info.name):
             return _error_entry(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id)
         return _topic_entry(ctx, info)
+    if not _visible(ctx, name):
+        return _error_entry(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name, None)
     info = topics.get(name)
-    if info is None and auto:
+    if info is None and auto and may_create_topic(ctx, name):
         try:
             info = await topics.ensure(name)
         except MetaStoreError as exc:  # retriable: the client asks again
@@ -98,7 +110,11 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
         version < 4 or bool(getattr(request, "allow_auto_topic_creation", True))
     )
     if requested is None:
-        topics = [_topic_entry(ctx, info) for info in sorted(broker.topics.all(), key=_name)]
+        topics = [
+            _topic_entry(ctx, info)
+            for info in sorted(broker.topics.all(), key=_name)
+            if _visible(ctx, info.name)
+        ]
     else:
         topics = [await _lookup(ctx, t, auto) for t in requested]
     listener = listener_name(ctx)

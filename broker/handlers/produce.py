@@ -30,6 +30,7 @@ from broker.handlers.registry import Encoded, RequestContext, handler_failed
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
 from broker.partition import AppendError, PartitionLog
+from broker.security.authz import Operation, ResourceType, allowed, may_create_topic
 from broker.topic_validation import is_valid_topic_name
 from protocol.batch import (
     BatchHeader,
@@ -78,9 +79,11 @@ def decode(body: memoryview, version: int) -> ProduceRequestData:
 
 
 async def _topic(ctx: RequestContext, name: str) -> tuple[TopicInfo | None, ErrorCode]:
+    if not allowed(ctx, Operation.WRITE, ResourceType.TOPIC, name):
+        return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
     topics = ctx.broker.topics
     info = topics.get(name)
-    if info is None and ctx.broker.config.auto_create_topics:
+    if info is None and ctx.broker.config.auto_create_topics and may_create_topic(ctx, name):
         info = await topics.ensure(name)
     if info is not None:
         return info, ErrorCode.NONE

@@ -17,6 +17,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
+from broker.security.authz import idempotent_write_allowed
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,13 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         return InitProducerIdResponse(
             throttle_time_ms=0,
             error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    if not idempotent_write_allowed(ctx):
+        return InitProducerIdResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
             producer_id=-1,
             producer_epoch=-1,
         )

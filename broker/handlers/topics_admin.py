@@ -23,6 +23,7 @@ from typing import Any
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
+from broker.security.authz import Operation, ResourceType, allowed, may_create_topic
 from broker.topics import TopicManager
 from protocol.codec import response_class
 from protocol.errors import ErrorCode, KafkaProtocolError
@@ -120,6 +121,9 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         if topic.name in dups:
             msg = f"topic {topic.name!r} appears more than once in the request"
             results.append(_create_failed(topic.name, ErrorCode.INVALID_REQUEST, msg))
+        elif not may_create_topic(ctx, topic.name):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            results.append(_create_failed(topic.name, code, "not authorized to create it"))
         else:
             results.append(await _create_one(topics, topic, validate_only))
     return CreateTopicsResponse(version=ctx.header.api_version, throttle_time_ms=0, topics=results)
@@ -154,6 +158,13 @@ async def _delete_one(topics: TopicManager, name: str | None, topic_id: uuid.UUI
     return _deleted(name, old.topic_id)
 
 
+def _may_delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> bool:
+    if name is None and topic_id != ZERO_UUID:
+        info = ctx.broker.topics.get_by_id(topic_id)
+        name = info.name if info is not None else None
+    return name is None or allowed(ctx, Operation.DELETE, ResourceType.TOPIC, name)
+
+
 async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     topics: TopicManager = ctx.broker.topics
     version = ctx.header.api_version
@@ -167,6 +178,9 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
         if (name if topic_id == ZERO_UUID else str(topic_id)) in dups:
             msg = "topic appears more than once in the request"
             results.append(_deleted(name, topic_id, ErrorCode.INVALID_REQUEST, msg))
+        elif not _may_delete(ctx, name, topic_id):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            results.append(_deleted(name, topic_id, code, "not authorized to delete it"))
         else:
             results.append(await _delete_one(topics, name, topic_id))
     return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results)
@@ -183,6 +197,8 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         code, message = ErrorCode.NONE, None
         if topic.name in dups:
             code, message = ErrorCode.INVALID_REQUEST, "topic appears more than once"
+        elif not allowed(ctx, Operation.ALTER, ResourceType.TOPIC, topic.name):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
         else:
             assignments = [list(a.broker_ids) for a in topic.assignments or ()]
             try:

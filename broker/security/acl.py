@@ -246,3 +246,26 @@ class Authorizer:
             ):
                 return True
         return False
+
+    def authorize_any(self, principal: str, host: str, op: Operation, rtype: ResourceType) -> bool:
+        """Whether ``op`` is allowed on at least one resource of ``rtype`` (Kafka's
+        authorizeByResourceType): an ALLOW binding for the principal that no wildcard
+        DENY cancels."""
+        if principal in self.super_users:
+            return True
+        principals, hosts = (principal, WILDCARD_PRINCIPAL), (host, WILDCARD)
+        bindings = [b for (rt, _n), bs in self._literal.items() if rt == rtype for b in bs]
+        bindings += self._prefixed.get(rtype, [])
+        if not bindings:
+            return self.allow_if_no_acl
+        ops = (op, Operation.ALL)
+        for b in bindings:
+            if (b.permission == Permission.DENY and b.name == WILDCARD
+                    and b.pattern_type == PatternType.LITERAL and b.principal in principals
+                    and b.host in hosts and b.operation in ops):  # fmt: skip
+                return False
+        return any(
+            b.permission == Permission.ALLOW and b.principal in principals
+            and b.host in hosts and b.operation in ops
+            for b in bindings
+        )  # fmt: skip

@@ -31,7 +31,10 @@ __all__ = [
     "allowed_cluster",
     "principal",
     "authorizer_of",
+    "config_denied",
+    "idempotent_write_allowed",
     "listener_name",
+    "may_create_topic",
 ]
 
 
@@ -65,3 +68,34 @@ def listener_name(ctx: RequestContext) -> str | None:
     """The listener the client came in on (brokers are advertised by it)."""
     session = ctx.session
     return session.listener_name if session is not None else None
+
+
+def idempotent_write_allowed(ctx: RequestContext) -> bool:
+    """An idempotent producer's InitProducerId: IDEMPOTENT_WRITE on the cluster, or WRITE
+    on any topic (KIP-679)."""
+    authorizer = authorizer_of(ctx)
+    if authorizer is None:
+        return True
+    who, host = principal(ctx), _host(ctx)
+    return authorizer.authorize(
+        who, host, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+    ) or authorizer.authorize_any(who, host, Operation.WRITE, ResourceType.TOPIC)
+
+
+CONFIG_TOPIC = 2  # DescribeConfigs/AlterConfigs resource types (not the ACL ones)
+
+
+def config_denied(ctx: RequestContext, op: Operation, config_type: int, name: str) -> int:
+    """The error code for DESCRIBE_CONFIGS/ALTER_CONFIGS on a config resource (topic:
+    the topic; broker and others: the cluster), or 0 when allowed."""
+    if config_type == CONFIG_TOPIC:
+        ok = allowed(ctx, op, ResourceType.TOPIC, name)
+        return 0 if ok else 29  # TOPIC_AUTHORIZATION_FAILED
+    return 0 if allowed_cluster(ctx, op) else 31  # CLUSTER_AUTHORIZATION_FAILED
+
+
+def may_create_topic(ctx: RequestContext, name: str) -> bool:
+    """CREATE on the cluster or on the topic (CreateTopics and auto-creation)."""
+    return allowed_cluster(ctx, Operation.CREATE) or allowed(
+        ctx, Operation.CREATE, ResourceType.TOPIC, name
+    )
