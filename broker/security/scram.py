@@ -8,6 +8,7 @@ PLAIN logins are checked against the same credential (one PBKDF2 per login).
 server-final. Any malformed message, wrong nonce or wrong proof raises
 :class:`SaslFailure`; proofs are compared with ``hmac.compare_digest``. An unknown user
 gets a made-up salt and fails at the proof, as a wrong password does (no user probing).
+The client nonce sent twice by librdkafka before 2.6.1 is accepted (``_nonce_matches``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,9 @@ class ScramServer:
         self._client_first_bare = bare
         return self.user
 
+    def _nonce_ok(self, sent: str) -> bool:
+        return _nonce_matches(sent, self._nonce, self._client_nonce)
+
     def final(self, message: bytes) -> bytes:
         """Check client-final; returns server-final (raises SaslFailure on a bad proof)."""
         if self.state != "final" or self._cred is None:
@@ -190,7 +194,7 @@ class ScramServer:
             raise SaslFailure("malformed SCRAM client-final message")
         if _b64(attrs[0][1]) != self._gs2.encode():
             raise SaslFailure("SCRAM channel binding mismatch")
-        if not hmac.compare_digest(attrs[1][1].encode(), self._nonce.encode()):
+        if not self._nonce_ok(attrs[1][1]):
             raise SaslFailure("SCRAM nonce mismatch")
         proof = _b64(attrs[-1][1])
         auth = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
@@ -204,6 +208,16 @@ class ScramServer:
             raise SaslFailure("invalid credentials")
         verifier = base64.b64encode(_hmac(self.alg, cred.server_key, auth)).decode()
         return f"v={verifier}".encode()
+
+
+def _nonce_matches(sent: str, nonce: str, client_nonce: str) -> bool:
+    """The client-final nonce must be the combined nonce of server-first. librdkafka
+    before 2.6.1 sends the client nonce once more in front of it (librdkafka#4895);
+    that exact form is accepted too, as Kafka 3.8.1-3.9 did: it still carries the whole
+    server nonce, and the proof covers it, so a replay stays impossible."""
+    ok = hmac.compare_digest(sent.encode(), nonce.encode())
+    legacy = hmac.compare_digest(sent.encode(), (client_nonce + nonce).encode())
+    return ok or legacy
 
 
 def _text(message: bytes) -> str:

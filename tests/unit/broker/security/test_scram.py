@@ -172,3 +172,30 @@ def test_fuzz_plain_fails_cleanly(token: bytes) -> None:
         assert token in (b"\x00bob\x00pw", b"bob\x00bob\x00pw")
 
     asyncio.run(run())
+
+
+def test_librdkafka_legacy_nonce_is_accepted_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka < 2.6.1 repeats the client nonce in client-final (librdkafka#4895):
+    accepted in exactly that form, with a proof computed over it."""
+    import hashlib
+    import hmac as hm
+
+    cnonce = "rOprNGfwEbeRWgbNEkqO"
+    full = cnonce + RFC_SERVER_NONCE
+    salted = scram.salted_password("SCRAM-SHA-256", b"pencil", RFC_SALT, 4096)
+    client_key = hm.new(salted, b"Client Key", "sha256").digest()
+    stored = hashlib.sha256(client_key).digest()
+
+    def final_for(nonce: str) -> bytes:
+        without = f"c=biws,r={nonce}"
+        auth = f"n=user,r={cnonce},{RFC_SERVER_FIRST.decode()},{without}".encode()
+        sig = hm.new(stored, auth, "sha256").digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, sig, strict=True))
+        return f"{without},p={base64.b64encode(proof).decode()}".encode()
+
+    assert rfc_server(monkeypatch).final(final_for(cnonce + full)).startswith(b"v=")
+    for bad in (cnonce + cnonce + full, "x" + full, full[:-1], RFC_SERVER_NONCE):
+        with pytest.raises(SaslFailure):
+            rfc_server(monkeypatch).final(final_for(bad))

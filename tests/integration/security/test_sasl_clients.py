@@ -1,0 +1,180 @@
+"""Every client of the matrix over SASL_SSL (and mTLS) against a real broker: confluent-
+kafka and kcat (librdkafka) with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; kafka-python,
+aiokafka and kafkajs with SCRAM. Each produces and consumes through the listener it
+logged in on (Metadata and FindCoordinator advertise that listener's addresses)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import ssl
+import subprocess
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from tests.integration.security.conftest import MX, PASSWORDS, SecureBroker
+
+pytestmark = pytest.mark.integration
+TIMEOUT = 30.0
+JS = Path(__file__).resolve().parent / "sasl_client.js"
+JS_MODULES = Path(__file__).resolve().parents[1] / "js" / "node_modules"
+
+
+def topic(tag: str) -> str:
+    return f"{MX}{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def confluent_roundtrip(conf: dict[str, object], name: str, n: int = 20) -> list[bytes]:
+    p = Producer(conf)
+    errors: list[object] = []
+    for i in range(n):
+        p.produce(name, f"v{i}".encode(), on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert p.flush(TIMEOUT) == 0 and not errors, errors
+    c = Consumer({**conf, "group.id": f"{name}-g", "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([name])
+        got: list[bytes] = []
+        for _ in range(int(TIMEOUT * 2)):
+            if len(got) >= n:
+                break
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        return got
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("mech", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_confluent_sasl_ssl(secure_broker: SecureBroker, mech: str) -> None:
+    name = topic(mech.lower())
+    got = confluent_roundtrip(secure_broker.confluent("SASL_SSL", "app", mech), name)
+    assert got == [f"v{i}".encode() for i in range(20)]
+
+
+def test_confluent_mtls_principal_from_certificate(secure_broker: SecureBroker) -> None:
+    """SSL listener, client certificate CN=app -> User:app (the mapping rule)."""
+    pem = secure_broker.pki.client("app")
+    conf = secure_broker.confluent(
+        "SSL", **{"ssl.certificate.location": str(pem.cert), "ssl.key.location": str(pem.key)}
+    )
+    assert len(confluent_roundtrip(conf, topic("mtls"))) == 20
+    # another certificate maps to User:eve, who has no ACLs: denied
+    eve = secure_broker.pki.client("eve")
+    conf = secure_broker.confluent(
+        "SSL", **{"ssl.certificate.location": str(eve.cert), "ssl.key.location": str(eve.key)}
+    )
+    p = Producer(conf)
+    errs: list[KafkaError] = []
+    p.produce(topic("mtls-eve"), b"x", on_delivery=lambda e, m: errs.append(e))
+    p.flush(TIMEOUT)
+    assert errs and errs[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+@pytest.mark.parametrize("mech", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kcat_sasl_ssl(secure_broker: SecureBroker, mech: str) -> None:
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        print("kcat not installed (scripts/setup.sh --test)")
+        pytest.skip("kcat not installed")
+    name = topic(f"kcat-{mech.lower()}")
+    flags = [
+        "-b", secure_broker.bootstrap("SASL_SSL"), "-X", "security.protocol=SASL_SSL",
+        "-X", f"sasl.mechanisms={mech}", "-X", "sasl.username=app",
+        "-X", f"sasl.password={PASSWORDS['app']}", "-X", f"ssl.ca.location={secure_broker.pki.ca}",
+    ]  # fmt: skip
+    lines = "".join(f"line-{i}\n" for i in range(10))
+    r = subprocess.run([kcat, *flags, "-P", "-t", name], input=lines, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([kcat, *flags, "-C", "-t", name, "-o", "beginning", "-c", "10", "-e"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [f"line-{i}" for i in range(10)]
+
+
+def _ssl_context(sb: SecureBroker) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(sb.pki.ca))
+    return ctx
+
+
+@pytest.mark.parametrize("mech", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kafka_python_sasl_ssl(secure_broker: SecureBroker, mech: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaConsumer, KafkaProducer
+    common = dict(
+        bootstrap_servers=secure_broker.bootstrap("SASL_SSL"), security_protocol="SASL_SSL",
+        sasl_mechanism=mech, sasl_plain_username="app", sasl_plain_password=PASSWORDS["app"],
+        ssl_cafile=str(secure_broker.pki.ca),
+    )  # fmt: skip
+    name = topic("kp")
+    p = KafkaProducer(**common)
+    for i in range(10):
+        p.send(name, f"kp{i}".encode()).get(timeout=TIMEOUT)
+    p.close()
+    c = KafkaConsumer(name, group_id=f"{name}-g", auto_offset_reset="earliest",
+                      consumer_timeout_ms=15000, **common)  # fmt: skip
+    got = []
+    for m in c:
+        got.append(m.value)
+        if len(got) == 10:
+            break
+    c.close()
+    assert got == [f"kp{i}".encode() for i in range(10)]
+
+
+@pytest.mark.parametrize("mech", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_aiokafka_sasl_ssl(secure_broker: SecureBroker, mech: str) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    name = topic("aio")
+
+    async def run() -> list[bytes]:
+        common = dict(
+            bootstrap_servers=secure_broker.bootstrap("SASL_SSL"), security_protocol="SASL_SSL",
+            sasl_mechanism=mech, sasl_plain_username="app",
+            sasl_plain_password=PASSWORDS["app"], ssl_context=_ssl_context(secure_broker),
+        )  # fmt: skip
+        p = AIOKafkaProducer(**common)
+        await p.start()
+        try:
+            for i in range(10):
+                await p.send_and_wait(name, f"a{i}".encode())
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(name, group_id=f"{name}-g", auto_offset_reset="earliest", **common)
+        await c.start()
+        try:
+            got: list[bytes] = []
+            async with asyncio.timeout(TIMEOUT):
+                async for m in c:
+                    got.append(m.value)
+                    if len(got) == 10:
+                        break
+            return got
+        finally:
+            await c.stop()
+
+    assert asyncio.run(run()) == [f"a{i}".encode() for i in range(10)]
+
+
+@pytest.mark.parametrize("mech", ["scram-sha-256", "scram-sha-512", "plain"])
+def test_kafkajs_sasl_ssl(secure_broker: SecureBroker, mech: str) -> None:
+    if shutil.which("node") is None or not (JS_MODULES / "kafkajs").exists():
+        print("kafkajs test skipped: node or tests/integration/js/node_modules missing")
+        pytest.skip("node or kafkajs missing")
+    name = topic("js")
+    r = subprocess.run(
+        ["node", str(JS), secure_broker.bootstrap("SASL_SSL"), name, mech, "app",
+         PASSWORDS["app"], str(secure_broker.pki.ca), "10"],
+        capture_output=True, text=True, timeout=120, env={"NODE_PATH": str(JS_MODULES),
+                                                           "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [f"js{i}" for i in range(10)]
