@@ -18,7 +18,7 @@ from broker.security.acl import (
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
-O = Operation
+Op = Operation
 
 
 def b(rt: ResourceType, pt: PatternType, name: str, who: str, op: Operation,
@@ -33,102 +33,102 @@ def authz(*bindings: AclBinding, supers: tuple[str, ...] = (), allow_if_none: bo
 
 
 def test_literal_allow_and_default_deny() -> None:
-    can = authz(b(T, LIT, "orders", "User:alice", O.WRITE))
-    assert can("User:alice", O.WRITE, T, "orders")
-    assert not can("User:bob", O.WRITE, T, "orders")
-    assert not can("User:alice", O.READ, T, "orders")
-    assert not can("User:alice", O.WRITE, T, "orders2")  # literal: exact name only
-    assert not can("User:alice", O.WRITE, T, "other")  # no ACL at all: denied by default
+    can = authz(b(T, LIT, "orders", "User:alice", Op.WRITE))
+    assert can("User:alice", Op.WRITE, T, "orders")
+    assert not can("User:bob", Op.WRITE, T, "orders")
+    assert not can("User:alice", Op.READ, T, "orders")
+    assert not can("User:alice", Op.WRITE, T, "orders2")  # literal: exact name only
+    assert not can("User:alice", Op.WRITE, T, "other")  # no ACL at all: denied by default
 
 
 def test_allow_everyone_if_no_acl_found_only_for_resources_without_acls() -> None:
-    can = authz(b(T, LIT, "orders", "User:alice", O.WRITE), allow_if_none=True)
-    assert can("User:bob", O.WRITE, T, "free-for-all")
-    assert not can("User:bob", O.WRITE, T, "orders")
+    can = authz(b(T, LIT, "orders", "User:alice", Op.WRITE), allow_if_none=True)
+    assert can("User:bob", Op.WRITE, T, "free-for-all")
+    assert not can("User:bob", Op.WRITE, T, "orders")
 
 
 def test_prefixed_and_wildcard() -> None:
     can = authz(
-        b(T, PRE, "logs-", "User:alice", O.READ),
-        b(T, LIT, "*", "User:*", O.DESCRIBE),
-        b(G, PRE, "", "User:carol", O.READ),
+        b(T, PRE, "logs-", "User:alice", Op.READ),
+        b(T, LIT, "*", "User:*", Op.DESCRIBE),
+        b(G, PRE, "", "User:carol", Op.READ),
     )
-    assert can("User:alice", O.READ, T, "logs-app")
-    assert not can("User:alice", O.READ, T, "log-app")
-    assert can("User:bob", O.DESCRIBE, T, "anything")
-    assert not can("User:bob", O.READ, T, "anything")
+    assert can("User:alice", Op.READ, T, "logs-app")
+    assert not can("User:alice", Op.READ, T, "log-app")
+    assert can("User:bob", Op.DESCRIBE, T, "anything")
+    assert not can("User:bob", Op.READ, T, "anything")
 
 
 def test_deny_wins_over_allow() -> None:
     can = authz(
-        b(T, PRE, "pay", "User:*", O.ALL),
-        b(T, LIT, "payroll", "User:eve", O.READ, DENY),
-        b(T, LIT, "payments", "User:*", O.WRITE, DENY, host="10.0.0.9"),
+        b(T, PRE, "pay", "User:*", Op.ALL),
+        b(T, LIT, "payroll", "User:eve", Op.READ, DENY),
+        b(T, LIT, "payments", "User:*", Op.WRITE, DENY, host="10.0.0.9"),
     )
-    assert can("User:eve", O.READ, T, "payments")
-    assert not can("User:eve", O.READ, T, "payroll")
-    assert can("User:eve", O.WRITE, T, "payroll")  # DENY READ does not deny WRITE
-    assert not can("User:bob", O.WRITE, T, "payments", host="10.0.0.9")
-    assert can("User:bob", O.WRITE, T, "payments", host="10.0.0.8")
+    assert can("User:eve", Op.READ, T, "payments")
+    assert not can("User:eve", Op.READ, T, "payroll")
+    assert can("User:eve", Op.WRITE, T, "payroll")  # DENY READ does not deny WRITE
+    assert not can("User:bob", Op.WRITE, T, "payments", host="10.0.0.9")
+    assert can("User:bob", Op.WRITE, T, "payments", host="10.0.0.8")
 
 
 def test_deny_all_denies_every_operation() -> None:
-    can = authz(b(T, LIT, "t", "User:a", O.ALL), b(T, LIT, "t", "User:a", O.ALL, DENY))
-    for op in (O.READ, O.WRITE, O.DESCRIBE, O.DELETE):
+    can = authz(b(T, LIT, "t", "User:a", Op.ALL), b(T, LIT, "t", "User:a", Op.ALL, DENY))
+    for op in (Op.READ, Op.WRITE, Op.DESCRIBE, Op.DELETE):
         assert not can("User:a", op, T, "t")
 
 
-@pytest.mark.parametrize("granted", [O.READ, O.WRITE, O.DELETE, O.ALTER])
+@pytest.mark.parametrize("granted", [Op.READ, Op.WRITE, Op.DELETE, Op.ALTER])
 def test_describe_implied(granted: Operation) -> None:
     can = authz(b(T, LIT, "t", "User:a", granted))
-    assert can("User:a", O.DESCRIBE, T, "t")
+    assert can("User:a", Op.DESCRIBE, T, "t")
 
 
 def test_describe_configs_implied_by_alter_configs_but_not_back() -> None:
-    can = authz(b(T, LIT, "t", "User:a", O.ALTER_CONFIGS))
-    assert can("User:a", O.DESCRIBE_CONFIGS, T, "t")
-    can2 = authz(b(T, LIT, "t", "User:a", O.DESCRIBE_CONFIGS))
-    assert not can2("User:a", O.ALTER_CONFIGS, T, "t")
+    can = authz(b(T, LIT, "t", "User:a", Op.ALTER_CONFIGS))
+    assert can("User:a", Op.DESCRIBE_CONFIGS, T, "t")
+    can2 = authz(b(T, LIT, "t", "User:a", Op.DESCRIBE_CONFIGS))
+    assert not can2("User:a", Op.ALTER_CONFIGS, T, "t")
 
 
 def test_deny_describe_is_not_implied_by_deny_read() -> None:
-    can = authz(b(T, LIT, "t", "User:a", O.WRITE), b(T, LIT, "t", "User:a", O.READ, DENY))
-    assert can("User:a", O.DESCRIBE, T, "t")
+    can = authz(b(T, LIT, "t", "User:a", Op.WRITE), b(T, LIT, "t", "User:a", Op.READ, DENY))
+    assert can("User:a", Op.DESCRIBE, T, "t")
 
 
 def test_super_users() -> None:
-    can = authz(b(T, LIT, "t", "User:root", O.ALL, DENY), supers=("User:root",))
-    assert can("User:root", O.WRITE, T, "t")
-    assert can("User:root", O.ALTER, C, "kafka-cluster")
+    can = authz(b(T, LIT, "t", "User:root", Op.ALL, DENY), supers=("User:root",))
+    assert can("User:root", Op.WRITE, T, "t")
+    assert can("User:root", Op.ALTER, C, "kafka-cluster")
 
 
 def test_authorize_any() -> None:
     a = Authorizer()
-    a.load([b(T, PRE, "x", "User:a", O.WRITE)])
-    assert a.authorize_any("User:a", "h", O.WRITE, T)
-    assert not a.authorize_any("User:b", "h", O.WRITE, T)
-    a.load([b(T, PRE, "x", "User:a", O.WRITE), b(T, LIT, "*", "User:a", O.WRITE, DENY)])
-    assert not a.authorize_any("User:a", "h", O.WRITE, T)
+    a.load([b(T, PRE, "x", "User:a", Op.WRITE)])
+    assert a.authorize_any("User:a", "h", Op.WRITE, T)
+    assert not a.authorize_any("User:b", "h", Op.WRITE, T)
+    a.load([b(T, PRE, "x", "User:a", Op.WRITE), b(T, LIT, "*", "User:a", Op.WRITE, DENY)])
+    assert not a.authorize_any("User:a", "h", Op.WRITE, T)
 
 
 def test_binding_validation() -> None:
-    assert b(T, LIT, "t", "User:a", O.READ).invalid() is None
-    assert b(G, LIT, "g", "User:a", O.WRITE).invalid()  # WRITE is not a group operation
-    assert b(C, LIT, "other", "User:a", O.ALTER).invalid()
-    assert b(T, LIT, "t", "alice", O.READ).invalid()
-    assert b(T, PatternType.MATCH, "t", "User:a", O.READ).invalid()
-    assert b(T, PRE, "*", "User:a", O.READ).invalid()
+    assert b(T, LIT, "t", "User:a", Op.READ).invalid() is None
+    assert b(G, LIT, "g", "User:a", Op.WRITE).invalid()  # WRITE is not a group operation
+    assert b(C, LIT, "other", "User:a", Op.ALTER).invalid()
+    assert b(T, LIT, "t", "alice", Op.READ).invalid()
+    assert b(T, PatternType.MATCH, "t", "User:a", Op.READ).invalid()
+    assert b(T, PRE, "*", "User:a", Op.READ).invalid()
 
 
 def test_filters() -> None:
-    lit = b(T, LIT, "orders", "User:a", O.READ)
-    pre = b(T, PRE, "ord", "User:b", O.WRITE, DENY)
-    star = b(T, LIT, "*", "User:c", O.READ)
-    grp = b(G, LIT, "orders", "User:a", O.READ)
-    every = AclFilter(ResourceType.ANY, PatternType.ANY, None, None, None, O.ANY, Permission.ANY)
+    lit = b(T, LIT, "orders", "User:a", Op.READ)
+    pre = b(T, PRE, "ord", "User:b", Op.WRITE, DENY)
+    star = b(T, LIT, "*", "User:c", Op.READ)
+    grp = b(G, LIT, "orders", "User:a", Op.READ)
+    every = AclFilter(ResourceType.ANY, PatternType.ANY, None, None, None, Op.ANY, Permission.ANY)
     assert all(every.matches(x) for x in (lit, pre, star, grp))
-    match = AclFilter(T, PatternType.MATCH, "orders", None, None, O.ANY, Permission.ANY)
+    match = AclFilter(T, PatternType.MATCH, "orders", None, None, Op.ANY, Permission.ANY)
     assert [x for x in (lit, pre, star, grp) if match.matches(x)] == [lit, pre, star]
-    exact = AclFilter(T, LIT, "orders", "User:a", None, O.READ, ALLOW)
+    exact = AclFilter(T, LIT, "orders", "User:a", None, Op.READ, ALLOW)
     assert [x for x in (lit, pre, star, grp) if exact.matches(x)] == [lit]
     assert AclBinding.from_json(pre.to_json()) == pre

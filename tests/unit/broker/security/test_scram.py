@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.security import scram
-from broker.security.sasl import PlainServer, ScramMechanism, Session
 from broker.security.config import Listener
+from broker.security.sasl import PlainServer, ScramMechanism, Session
 from broker.security.scram import SaslFailure, ScramCredential, ScramServer, make_credential
 
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")

@@ -58,9 +58,7 @@ def test_listeners() -> None:
 def test_broker_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, _ = config_from_args(["--listen", "127.0.0.1:9092"])
     assert cfg.security.listeners == ()  # plain --listen: the legacy single listener
-    monkeypatch.setenv(
-        "KAFSCALE_LISTENER", "SASL_SSL://0.0.0.0:9093,SSL://0.0.0.0:9094"
-    )
+    monkeypatch.setenv("KAFSCALE_LISTENER", "SASL_SSL://0.0.0.0:9093,SSL://0.0.0.0:9094")
     monkeypatch.setenv("KAFSCALE_SUPER_USERS", "User:admin;User:ops")
     cfg, _ = config_from_args(
         ["--listen", "127.0.0.1:9092", "--advertised-listener", "SASL_SSL://ext:19093",
