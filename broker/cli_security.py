@@ -256,6 +256,11 @@ def _users_admin(ns: argparse.Namespace, mechs: list[str], password: str, out: T
                 for m in mechs
             ]
         else:
+            if not ns.mechanism:  # every mechanism the user has
+                info = admin.describe_user_scram_credentials([ns.name]).get(ns.name) or {}
+                found = [ci["mechanism"].name.replace("_", "-") for ci in
+                         info.get("credential_infos", [])]  # fmt: skip
+                mechs = found or mechs
             alterations = [UserScramCredentialDeletion(ns.name, m) for m in mechs]
         errors = admin.alter_user_scram_credentials(alterations)
         failed = {u: e for u, e in errors.items() if e}
