@@ -74,7 +74,7 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
              "--ssl-ca", str(pki.ca), "--ssl-client-auth", "requested",
              "--ssl-principal-mapping-rules", "RULE:^CN=([^,]*),.*$/$1/,DEFAULT",
              "--authorizer", "true", "--super-users", "User:admin",
-             "--sasl-auth-timeout-ms", "3000"]  # fmt: skip
+             "--sasl-auth-timeout-ms", "3000", "--max-reauth-ms", "600000"]  # fmt: skip
     proc = start_broker(workdir, extra_args=tuple(args))
     sb = SecureBroker(proc, pki, {"PLAINTEXT": proc.port, **ports})
     try:
