@@ -172,8 +172,11 @@ class Session:
         self.authenticated = True
         self.mechanism = None
         self.mechanism_name = None
-        limits = [x for x in (self.max_reauth_ms, lifetime_ms) if x > 0]
-        life = min(limits) if limits else 0
+        # Kafka's rule: sessions end only with connections.max.reauth.ms set, then at
+        # the earlier of it and the credential's own expiry (a token's)
+        life = 0
+        if self.max_reauth_ms > 0:
+            life = min(x for x in (self.max_reauth_ms, lifetime_ms) if x > 0)
         self.expires_at = time.monotonic() + life / 1000 if life else None
         return life
 

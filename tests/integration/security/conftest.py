@@ -17,6 +17,7 @@ import pytest
 
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 from tests.fixtures.certs import Pki, make_pki
+from tests.fixtures.jwks import AUDIENCE, ISSUER, Signer, make_signer
 
 PASSWORDS = {"admin": "admin-secret", "app": "app-secret", "alice": "alice-pw", "bob": "bob-pw"}
 MX = "mx-"  # topics and groups of the client matrix: User:app may do anything under it
@@ -27,6 +28,7 @@ class SecureBroker:
     proc: BrokerProcess
     pki: Pki
     ports: dict[str, int]
+    signer: Signer
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
@@ -63,6 +65,7 @@ def admin_flags(sb: SecureBroker) -> list[str]:
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     root = tmp_path_factory.mktemp("secure")
     pki = make_pki(root / "pki")
+    signer = make_signer(root / "jwks")
     workdir = root / "broker"
     for user, pw in PASSWORDS.items():
         r = kafscale("users", "--meta", "embedded", "--data-dir", str(workdir / "data"),
@@ -74,9 +77,12 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
              "--ssl-ca", str(pki.ca), "--ssl-client-auth", "requested",
              "--ssl-principal-mapping-rules", "RULE:^CN=([^,]*),.*$/$1/,DEFAULT",
              "--authorizer", "true", "--super-users", "User:admin",
-             "--sasl-auth-timeout-ms", "3000", "--max-reauth-ms", "600000"]  # fmt: skip
+             "--sasl-auth-timeout-ms", "3000", "--max-reauth-ms", "600000",
+             "--sasl-mechanisms", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+             "--oauth-jwks", str(signer.jwks), "--oauth-issuer", ISSUER,
+             "--oauth-audience", AUDIENCE]  # fmt: skip
     proc = start_broker(workdir, extra_args=tuple(args))
-    sb = SecureBroker(proc, pki, {"PLAINTEXT": proc.port, **ports})
+    sb = SecureBroker(proc, pki, {"PLAINTEXT": proc.port, **ports}, signer)
     try:
         for kind, name in (("--topic", MX), ("--group", MX)):
             r = kafscale("acls", *admin_flags(sb), "add", "--allow-principal", "User:app",

@@ -178,3 +178,33 @@ def test_kafkajs_sasl_ssl(secure_broker: SecureBroker, mech: str) -> None:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [f"js{i}" for i in range(10)]
+
+
+def test_confluent_oauthbearer(secure_broker: SecureBroker) -> None:
+    """OAUTHBEARER over SASL_SSL with a JWT signed by the JWKS's key (sub=app); a token
+    signed by another key is refused."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    signer = secure_broker.signer
+
+    def good(_config: str) -> tuple[str, float]:
+        token = signer.token("app", ttl=300)
+        return token, __import__("time").time() + 300
+
+    base = secure_broker.confluent("SASL_SSL", None)
+    conf = {**base, "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": good}
+    assert len(confluent_roundtrip(conf, topic("oauth"))) == 20
+
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    errors: list[KafkaError] = []
+
+    def forged(_config: str) -> tuple[str, float]:
+        return signer.token("app", key=other), __import__("time").time() + 300
+
+    p = Producer({**base, "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": forged,
+                  "error_cb": errors.append, "message.timeout.ms": 5000})  # fmt: skip
+    delivered: list[KafkaError | None] = []
+    p.produce(topic("oauth-forged"), b"x", on_delivery=lambda e, m: delivered.append(e))
+    p.flush(30)
+    assert delivered and delivered[0] is not None  # never delivered
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
