@@ -215,6 +215,12 @@ def config_from_args(argv: Sequence[str]) -> tuple[BrokerConfig, str]:
     store = str(values.get("store_url", ""))
     if store and "://" not in store:
         values["store_url"] = "file://" + store
+    if args.get("s3_ca_bundle") and str(values.get("store_url", "")).startswith("s3://"):
+        from urllib.parse import quote
+
+        url = str(values["store_url"])
+        sep = "&" if "?" in url else "?"
+        values["store_url"] = f"{url}{sep}ca_bundle={quote(args['s3_ca_bundle'], safe='/')}"
     if "flush_interval_ms" not in values:  # measured defaults (docs/benchmarks.md)
         s3 = str(values.get("store_url", "")).startswith("s3://")
         values["flush_interval_ms"] = S3_FLUSH_INTERVAL_MS if s3 else LOCAL_FLUSH_INTERVAL_MS

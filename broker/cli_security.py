@@ -61,7 +61,30 @@ SECURITY_FLAGS: list[tuple[str, str]] = [
     ("oauth-issuer", "required 'iss' of OAUTHBEARER tokens"),
     ("oauth-audience", "required 'aud' of OAUTHBEARER tokens"),
     ("oauth-principal-claim", "claim naming the principal (default sub)"),
+    ("s3-ca-bundle", "PEM CA bundle an https S3 endpoint is verified against"),
 ]
+
+ETCD_FLAGS: list[tuple[str, str]] = [
+    ("etcd-ca", "PEM CA bundle etcd's TLS certificate is verified against (enables TLS)"),
+    ("etcd-cert", "client certificate for etcd (--client-cert-auth)"),
+    ("etcd-key", "key of --etcd-cert"),
+    ("etcd-user", "etcd user (auth enabled)"),
+    ("etcd-password", "password of --etcd-user"),
+]
+
+
+def add_etcd_flags(pp: EnvParser) -> None:
+    for flag, help_ in ETCD_FLAGS:
+        pp.option(f"--{flag}", help_)
+
+
+def etcd_auth_of(args: dict[str, Any]) -> Any:
+    """The EtcdAuth of the ``--etcd-*`` flags (None: a plain etcd)."""
+    return SecurityConfig(
+        etcd_ca=args.get("etcd_ca"), etcd_cert=args.get("etcd_cert"),
+        etcd_key=args.get("etcd_key"), etcd_user=args.get("etcd_user"),
+        etcd_password=args.get("etcd_password"),
+    ).etcd_auth()  # fmt: skip
 
 
 def add_broker_flags(pp: EnvParser) -> None:
@@ -73,6 +96,7 @@ def add_broker_flags(pp: EnvParser) -> None:
     )
     for flag, help_ in SECURITY_FLAGS:
         pp.option(f"--{flag}", help_)
+    add_etcd_flags(pp)
     pp.option("--ssl-client-auth", "none (default), requested or required",
               choices=("none", "requested", "required"))  # fmt: skip
     pp.option("--sasl-mechanisms", "enabled SASL mechanisms, comma-separated "
@@ -128,6 +152,11 @@ def security_config(
         "authorizer": bool(args.get("authorizer")),
         "super_users": supers,
         "allow_everyone_if_no_acl_found": bool(args.get("allow_everyone_if_no_acl_found")),
+        "etcd_ca": args.get("etcd_ca"),
+        "etcd_cert": args.get("etcd_cert"),
+        "etcd_key": args.get("etcd_key"),
+        "etcd_user": args.get("etcd_user"),
+        "etcd_password": args.get("etcd_password"),
     }
     if args.get("sasl_auth_timeout_ms") is not None:
         values["auth_timeout_ms"] = int(args["sasl_auth_timeout_ms"])
@@ -156,6 +185,7 @@ def _client_flags(pp: EnvParser) -> None:
     pp.option("--ssl-ca", "CA bundle that the broker's certificate is verified against")
     pp.option("--ssl-cert", "client certificate (mTLS)")
     pp.option("--ssl-key", "client key (mTLS)")
+    add_etcd_flags(pp)
 
 
 def _admin(ns: argparse.Namespace) -> Any:
@@ -184,7 +214,7 @@ def _admin(ns: argparse.Namespace) -> Any:
 def _open_meta(ns: argparse.Namespace) -> Any:
     from broker.meta.base import open_meta
 
-    return open_meta(ns.meta, ns.data_dir, ns.meta_prefix)
+    return open_meta(ns.meta, ns.data_dir, ns.meta_prefix, etcd_auth=etcd_auth_of(vars(ns)))
 
 
 def _target(pp: EnvParser, ns: argparse.Namespace) -> str:

@@ -78,7 +78,12 @@ class Broker:
         self.meta: MetaStore = (
             meta
             if meta is not None
-            else open_meta(config.meta_url, config.data_dir, config.meta_prefix)
+            else open_meta(
+                config.meta_url,
+                config.data_dir,
+                config.meta_prefix,
+                etcd_auth=config.security.etcd_auth(),
+            )
         )
         self.store: ObjectStore = store if store is not None else open_store(config.store_url)
         self.routes = build_routes()

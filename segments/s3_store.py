@@ -3,6 +3,8 @@
 URL form: ``s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:8333&region=us-east-1&path_style=true``
 with optional ``access_key``/``secret_key`` parameters; without them the usual AWS
 credential chain applies (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, profiles, ...).
+``ca_bundle=PATH`` verifies an https endpoint against that PEM bundle (a private CA;
+``--s3-ca-bundle``).
 
 One long-lived client is created on first use and closed by ``close()``. ETags are returned
 without quotes (the hex MD5 for single-part PUTs, as ``LocalStore`` computes them).
@@ -60,6 +62,7 @@ class S3Store:
         secret_key: str | None = None,
         path_style: bool = True,
         max_connections: int = 64,
+        ca_bundle: str | None = None,
     ) -> None:
         if not bucket:
             raise ValueError("S3Store needs a bucket")
@@ -69,6 +72,7 @@ class S3Store:
         self.region = region
         self._access_key = access_key
         self._secret_key = secret_key
+        self.ca_bundle = ca_bundle
         self._config = AioConfig(
             s3={"addressing_style": "path" if path_style else "auto"},
             retries={"max_attempts": 3, "mode": "standard"},
@@ -95,6 +99,7 @@ class S3Store:
             access_key=q.get("access_key"),
             secret_key=q.get("secret_key"),
             path_style=_truthy(q.get("path_style", "true")),
+            ca_bundle=q.get("ca_bundle"),
         )
 
     def __repr__(self) -> str:
@@ -112,7 +117,12 @@ class S3Store:
                 )
                 stack = contextlib.AsyncExitStack()
                 self._client = await stack.enter_async_context(
-                    session.client("s3", endpoint_url=self.endpoint_url, config=self._config)
+                    session.client(
+                        "s3",
+                        endpoint_url=self.endpoint_url,
+                        config=self._config,
+                        verify=self.ca_bundle,
+                    )
                 )
                 self._stack = stack
         return self._client

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from broker.meta.etcd_secure import EtcdAuth
 
 
 class MetaStoreError(Exception):
@@ -138,7 +141,11 @@ class MetaStore(Protocol):
 
 
 def open_meta(
-    url: str, data_dir: str = "./data", prefix: str = "/kafscale", read_only: bool = False
+    url: str,
+    data_dir: str = "./data",
+    prefix: str = "/kafscale",
+    read_only: bool = False,
+    etcd_auth: EtcdAuth | None = None,
 ) -> MetaStore:
     """Open a metadata store: ``embedded`` (in ``data_dir``), ``embedded:///PATH``, or
     ``etcd://HOST:PORT[,HOST:PORT...]``.
@@ -155,5 +162,5 @@ def open_meta(
     if url.startswith("etcd://"):
         from broker.meta.etcd import EtcdStore
 
-        return EtcdStore.from_url(url, prefix=prefix)
+        return EtcdStore.from_url(url, prefix=prefix, auth=etcd_auth)
     raise ValueError(f"unsupported metadata store URL {url!r} (use embedded or etcd://)")

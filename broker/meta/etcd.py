@@ -33,6 +33,7 @@ from broker.meta.base import (
     TxnResult,
     WatchEvent,
 )
+from broker.meta.etcd_secure import EtcdAuth, SecureClient
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,6 +63,7 @@ class EtcdStore:
         endpoints: list[tuple[str, int]],
         prefix: str = "/kafscale",
         timeout: float = 5.0,
+        auth: EtcdAuth | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
@@ -73,9 +75,16 @@ class EtcdStore:
         self._client: aetcd.Client | None = None
         self._closed = False
         self._last_revision = 0
+        self._auth = auth  # TLS and/or user (broker.meta.etcd_secure)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "/kafscale", timeout: float = 5.0) -> EtcdStore:
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "/kafscale",
+        timeout: float = 5.0,
+        auth: EtcdAuth | None = None,
+    ) -> EtcdStore:
         """``etcd://HOST:PORT[,HOST:PORT...]``"""
         if not url.startswith("etcd://"):
             raise ValueError(f"not an etcd URL: {url!r}")
@@ -85,7 +94,7 @@ class EtcdStore:
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"bad etcd endpoint {part!r} in {url!r} (want HOST:PORT)")
             endpoints.append((host.strip("[]"), int(port)))
-        return cls(endpoints, prefix=prefix, timeout=timeout)
+        return cls(endpoints, prefix=prefix, timeout=timeout, auth=auth)
 
     # ---------------------------------------------------------------- plumbing
 
@@ -113,7 +122,11 @@ class EtcdStore:
             raise MetaStoreError("metadata store is closed")
         if self._client is None:
             host, port = self._endpoints[self._next % len(self._endpoints)]
-            client = aetcd.Client(host=host, port=port)
+            client = (
+                aetcd.Client(host=host, port=port)
+                if self._auth is None
+                else SecureClient(host, port, self._auth)
+            )
             try:
                 await client.connect()
             except aetcd.ClientError as exc:
@@ -143,7 +156,9 @@ class EtcdStore:
                 code, details = exc.code(), exc.details() or ""
                 if code == rpc.StatusCode.NOT_FOUND and "lease not found" in details:
                     raise LeaseExpiredError(details) from exc
-                if code in _CONNECTION_CODES:
+                if code in _CONNECTION_CODES or (
+                    code == rpc.StatusCode.UNAUTHENTICATED and self._auth is not None
+                ):  # an expired auth token: a new channel authenticates again
                     await self._drop(client)
                     if attempt + 1 < attempts:
                         log.info("etcd unavailable (%s); retrying on a new channel", details)

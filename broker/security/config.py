@@ -10,6 +10,10 @@ wildcard host replaced by 127.0.0.1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.meta.etcd_secure import EtcdAuth
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -96,7 +100,7 @@ class SecurityConfig:
     # TLS (every SSL / SASL_SSL listener)
     ssl_cert: str | None = None
     ssl_key: str | None = None
-    ssl_key_password: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
     ssl_ca: str | None = None
     ssl_client_auth: str = "none"  # none | requested | required (Kafka's ssl.client.auth)
     principal_mapping_rules: str = "DEFAULT"
@@ -113,3 +117,19 @@ class SecurityConfig:
     authorizer: bool = False
     super_users: tuple[str, ...] = field(default_factory=tuple)
     allow_everyone_if_no_acl_found: bool = False
+    # towards the backends: etcd over TLS and/or with a user (broker.meta.etcd_secure)
+    etcd_ca: str | None = None
+    etcd_cert: str | None = None
+    etcd_key: str | None = None
+    etcd_user: str | None = None
+    etcd_password: str | None = field(default=None, repr=False)
+
+    def etcd_auth(self) -> EtcdAuth | None:
+        """The etcd connection options, or None for a plain etcd."""
+        if not (self.etcd_ca or self.etcd_cert or self.etcd_user):
+            return None
+        from broker.meta.etcd_secure import EtcdAuth
+
+        return EtcdAuth(
+            self.etcd_user, self.etcd_password, self.etcd_ca, self.etcd_cert, self.etcd_key
+        )
