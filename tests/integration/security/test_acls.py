@@ -258,3 +258,22 @@ def test_scram_user_admin_api_and_cli(secure_broker: SecureBroker, admin: AdminC
     with pytest.raises(Exception) as exc:
         fut.result(TIMEOUT)
     assert exc.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_metadata_and_describe_cluster_advertise_the_clients_listener(
+    secure_broker: SecureBroker,
+) -> None:
+    from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+
+    with raw(secure_broker, "admin") as c:
+        md = c.call(MetadataRequest(topics=[]), MetadataResponse, 9, 30)
+        assert [(b.host, b.port) for b in md.brokers] == [
+            ("127.0.0.1", secure_broker.ports["SASL_PLAINTEXT"])
+        ]
+        dc = c.call(DescribeClusterRequest(), DescribeClusterResponse, 0, 31)
+        assert [b.port for b in dc.brokers] == [secure_broker.ports["SASL_PLAINTEXT"]]
+    with RawConn(secure_broker.ports["PLAINTEXT"]) as c:  # anonymous, plaintext listener
+        md = c.call(MetadataRequest(topics=[]), MetadataResponse, 9, 32)
+        assert [b.port for b in md.brokers] == [secure_broker.ports["PLAINTEXT"]]
+        dc = c.call(DescribeClusterRequest(), DescribeClusterResponse, 0, 33)
+        assert dc.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED

@@ -208,3 +208,28 @@ def test_confluent_oauthbearer(secure_broker: SecureBroker) -> None:
     p.flush(30)
     assert delivered and delivered[0] is not None  # never delivered
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def _served_cn(sb: SecureBroker) -> str:
+    ctx = ssl.create_default_context(cafile=str(sb.pki.ca))
+    import socket
+
+    with socket.create_connection(("127.0.0.1", sb.ports["SASL_SSL"]), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            cert = s.getpeercert()
+    return dict(x[0] for x in cert["subject"])["commonName"]
+
+
+def test_certificate_reloaded_without_restart(secure_broker: SecureBroker) -> None:
+    """Replacing the certificate files changes the certificate new connections get."""
+    import time
+
+    new_cn = f"renewed-{uuid.uuid4().hex[:6]}"
+    assert _served_cn(secure_broker) != new_cn
+    secure_broker.pki.reissue_server(new_cn)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _served_cn(secure_broker) != new_cn:
+        time.sleep(0.2)
+    assert _served_cn(secure_broker) == new_cn
+    # and the renewed certificate serves clients as before
+    assert len(confluent_roundtrip(secure_broker.confluent("SASL_SSL", "app"), topic("rl"))) == 20
