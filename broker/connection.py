@@ -33,8 +33,9 @@ instead of failing their records.
 Security (docs/operations.md, "Security"): each connection belongs to a listener and has a
 ``broker.security.sasl.Session``. On a SASL listener only ApiVersions and the SASL APIs
 are served before authentication (anything else closes the connection), the connection
-is closed if it has not authenticated within ``--sasl-auth-timeout-ms``, and a failed
-authentication closes it once its answer is written. After SaslHandshake v0 the SASL
+is closed if it has not authenticated within ``--sasl-auth-timeout-ms``, frames above
+512 KiB before authentication close it (Kafka's ``sasl.server.max.receive.size``), and a
+failed authentication closes it once its answer is written. After SaslHandshake v0 the SASL
 tokens arrive as bare frames without a request header.
 """
 
@@ -77,6 +78,7 @@ log = logging.getLogger(__name__)
 UNAVAILABLE: tuple[type[BaseException], ...] = (MetaStoreError, StoreError, OSError)
 
 SCRATCH = 256 * 1024
+PRE_AUTH_MAX_BYTES = 512 * 1024  # largest frame before SASL authentication
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
 
 
@@ -210,6 +212,8 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
     def _split_scratch(self) -> None:
         data, end, pos = self._scratch, self._filled, 0
         limit = self.broker.config.max_request_bytes
+        if not self.session.authenticated:  # Kafka's sasl.server.max.receive.size
+            limit = min(limit, PRE_AUTH_MAX_BYTES)
         while end - pos >= 4 and not self._closed:
             size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:

@@ -198,3 +198,9 @@ def test_session_lifetime_and_reauthentication(secure_broker: SecureBroker) -> N
         resp = authenticate(c, f"\x00alice\x00{PASSWORDS['alice']}".encode(), 71)
         assert resp.error_code == SASL_FAILED
         assert c.closed_by_peer()
+
+
+def test_large_frame_before_authentication_closes(secure_broker: SecureBroker) -> None:
+    with conn(secure_broker) as c:  # announces 1 MiB before logging in
+        c.send(struct.pack(">i", 1 << 20) + b"\x00" * 64)
+        assert c.closed_by_peer()
