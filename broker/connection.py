@@ -348,10 +348,8 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         hdr = parse_request_header(mv)
         api = self.broker.routes.get(hdr.api_key)
         if not session.permits(hdr.api_key):
-            raise KafkaProtocolError(
-                ErrorCode.ILLEGAL_SASL_STATE,
-                f"API {hdr.api_key} before authentication (or after the session expired)",
-            )
+            why = "after its session expired" if session.authenticated else "unauthenticated"
+            raise KafkaProtocolError(ErrorCode.ILLEGAL_SASL_STATE, f"API {hdr.api_key} {why}")
         if api is None:
             raise KafkaProtocolError(
                 ErrorCode.INVALID_REQUEST, f"unknown API key {hdr.api_key} v{hdr.api_version}"

@@ -5,13 +5,25 @@
 const fs = require('fs');
 const { Kafka, logLevel } = require('kafkajs');
 
+// MECHANISM "mtls": USER and PASSWORD are the client certificate and key files;
+// "oauthbearer": PASSWORD is the token.
 const [broker, topic, mechanism, username, password, cafile, count] = process.argv.slice(2);
+const ssl = { ca: [fs.readFileSync(cafile, 'utf-8')] };
+let sasl;
+if (mechanism === 'mtls') {
+  ssl.cert = fs.readFileSync(username, 'utf-8');
+  ssl.key = fs.readFileSync(password, 'utf-8');
+} else if (mechanism === 'oauthbearer') {
+  sasl = { mechanism, oauthBearerProvider: async () => ({ value: password }) };
+} else {
+  sasl = { mechanism, username, password };
+}
 const kafka = new Kafka({
   clientId: 'kafscale-kafkajs-sasl',
   brokers: [broker],
   logLevel: logLevel.ERROR,
-  ssl: { ca: [fs.readFileSync(cafile, 'utf-8')] },
-  sasl: { mechanism, username, password },
+  ssl,
+  sasl,
   retry: { retries: 5, initialRetryTime: 100 },
 });
 

@@ -233,3 +233,161 @@ def test_certificate_reloaded_without_restart(secure_broker: SecureBroker) -> No
     assert _served_cn(secure_broker) == new_cn
     # and the renewed certificate serves clients as before
     assert len(confluent_roundtrip(secure_broker.confluent("SASL_SSL", "app"), topic("rl"))) == 20
+
+
+# ---------------------------------------------------------------- mTLS and OAUTHBEARER
+# for the other clients (the SSL listener maps CN=app to User:app)
+
+
+def test_kcat_mtls(secure_broker: SecureBroker) -> None:
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        print("kcat not installed (scripts/setup.sh --test)")
+        pytest.skip("kcat not installed")
+    pem = secure_broker.pki.client("app")
+    name = topic("kcat-mtls")
+    flags = ["-b", secure_broker.bootstrap("SSL"), "-X", "security.protocol=SSL",
+             "-X", f"ssl.ca.location={secure_broker.pki.ca}",
+             "-X", f"ssl.certificate.location={pem.cert}",
+             "-X", f"ssl.key.location={pem.key}"]  # fmt: skip
+    r = subprocess.run([kcat, *flags, "-P", "-t", name], input="a\nb\n", capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([kcat, *flags, "-C", "-t", name, "-o", "beginning", "-c", "2", "-e"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.split() == ["a", "b"], r.stderr
+
+
+def test_kafka_python_mtls_and_oauthbearer(secure_broker: SecureBroker) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaConsumer, KafkaProducer
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Provider(AbstractTokenProvider):  # type: ignore[misc]
+        def token(self) -> str:
+            return secure_broker.signer.token("app")
+
+    pem = secure_broker.pki.client("app")
+    variants = {
+        "mtls": dict(bootstrap_servers=secure_broker.bootstrap("SSL"), security_protocol="SSL",
+                     ssl_cafile=str(secure_broker.pki.ca), ssl_certfile=str(pem.cert),
+                     ssl_keyfile=str(pem.key)),
+        "oauth": dict(bootstrap_servers=secure_broker.bootstrap("SASL_SSL"),
+                      security_protocol="SASL_SSL", sasl_mechanism="OAUTHBEARER",
+                      sasl_oauth_token_provider=Provider(), ssl_cafile=str(secure_broker.pki.ca)),
+    }  # fmt: skip
+    for label, common in variants.items():
+        name = topic(f"kp-{label}")
+        p = KafkaProducer(**common)
+        p.send(name, b"one").get(timeout=TIMEOUT)
+        p.close()
+        c = KafkaConsumer(name, group_id=f"{name}-g", auto_offset_reset="earliest",
+                          consumer_timeout_ms=15000, **common)  # fmt: skip
+        got = [m.value for m in c]
+        c.close()
+        assert got == [b"one"], label
+
+
+def test_aiokafka_mtls_and_oauthbearer(secure_broker: SecureBroker) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider
+
+    class Provider(AbstractTokenProvider):
+        async def token(self) -> str:
+            return secure_broker.signer.token("app")
+
+    pem = secure_broker.pki.client("app")
+    mtls_ctx = _ssl_context(secure_broker)
+    mtls_ctx.load_cert_chain(pem.cert, pem.key)
+    variants = {
+        "mtls": dict(bootstrap_servers=secure_broker.bootstrap("SSL"), security_protocol="SSL",
+                     ssl_context=mtls_ctx),
+        "oauth": dict(bootstrap_servers=secure_broker.bootstrap("SASL_SSL"),
+                      security_protocol="SASL_SSL", sasl_mechanism="OAUTHBEARER",
+                      sasl_oauth_token_provider=Provider(),
+                      ssl_context=_ssl_context(secure_broker)),
+    }  # fmt: skip
+
+    async def run(label: str, common: dict[str, object]) -> list[bytes]:
+        name = topic(f"aio-{label}")
+        p = AIOKafkaProducer(**common)
+        await p.start()
+        try:
+            await p.send_and_wait(name, b"one")
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(name, group_id=f"{name}-g", auto_offset_reset="earliest", **common)
+        await c.start()
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                async for m in c:
+                    return [m.value]
+        finally:
+            await c.stop()
+        return []
+
+    for label, common in variants.items():
+        assert asyncio.run(run(label, common)) == [b"one"], label
+
+
+def test_kafkajs_mtls_and_oauthbearer(secure_broker: SecureBroker) -> None:
+    if shutil.which("node") is None or not (JS_MODULES / "kafkajs").exists():
+        print("kafkajs test skipped: node or tests/integration/js/node_modules missing")
+        pytest.skip("node or kafkajs missing")
+    pem = secure_broker.pki.client("app")
+    env = {"NODE_PATH": str(JS_MODULES), "PATH": "/usr/bin:/bin"}
+    for label, broker, mech, user, secret in (
+        ("mtls", secure_broker.bootstrap("SSL"), "mtls", str(pem.cert), str(pem.key)),
+        ("oauth", secure_broker.bootstrap("SASL_SSL"), "oauthbearer", "-",
+         secure_broker.signer.token("app")),
+    ):  # fmt: skip
+        name = topic(f"js-{label}")
+        r = subprocess.run(
+            ["node", str(JS), broker, name, mech, user, secret, str(secure_broker.pki.ca), "3"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == ["js0", "js1", "js2"], label
+
+
+def test_librdkafka_reauthenticates_kip368(secure_broker: SecureBroker) -> None:
+    """An OAUTHBEARER token valid for 4 s makes the session last 4 s (it is shorter than
+    --max-reauth-ms): librdkafka re-authenticates on its connections with new tokens,
+    and producing across several lifetimes loses nothing. The broker closes a connection
+    that sends a request after its session ended; none of this client's does."""
+    import time
+
+    calls: list[float] = []
+
+    def cb(_config: str) -> tuple[str, float]:
+        calls.append(time.time())
+        return secure_broker.signer.token("app", ttl=4), time.time() + 4
+
+    conf = {**secure_broker.confluent("SASL_SSL", None), "sasl.mechanisms": "OAUTHBEARER",
+            "oauth_cb": cb, "client.id": "kip368-client"}  # fmt: skip
+    p = Producer(conf)
+    name = topic("kip368")
+    errors: list[object] = []
+    end = time.monotonic() + 12
+    sent = 0
+    while time.monotonic() < end:
+        p.produce(
+            name, f"m{sent}".encode(), on_delivery=lambda e, m: errors.append(e) if e else None
+        )
+        sent += 1
+        p.poll(0.1)
+    assert p.flush(TIMEOUT) == 0 and not errors
+    assert len(calls) >= 3  # new tokens for the re-authentications
+    c = Consumer({**secure_broker.confluent("SASL_SSL", "app"), "group.id": f"{name}-g",
+                  "auto.offset.reset": "earliest"})  # fmt: skip
+    c.subscribe([name])
+    got = 0
+    deadline = time.monotonic() + TIMEOUT
+    while got < sent and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got += 1
+    c.close()
+    assert got == sent
+    assert "after its session expired" not in secure_broker.proc.log_text()
