@@ -284,7 +284,10 @@ def test_kafka_python_mtls_and_oauthbearer(secure_broker: SecureBroker) -> None:
         p.close()
         c = KafkaConsumer(name, group_id=f"{name}-g", auto_offset_reset="earliest",
                           consumer_timeout_ms=15000, **common)  # fmt: skip
-        got = [m.value for m in c]
+        got = []
+        for m in c:
+            got.append(m.value)
+            break
         c.close()
         assert got == [b"one"], label
 
