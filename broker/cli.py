@@ -168,7 +168,7 @@ COMMANDS: dict[str, Command] = {
         "broker.cli_groups:main", "list | describe GROUP | reset-offsets ... | delete GROUP"
     ),
     "users": Command("broker.cli_security:users_main", "create | delete | list SCRAM users"),
-    "acls": Command("broker.cli_security:acls_main", "add | remove | list ACL bindings"),
+    "acls": Command("broker.cli_acls:main", "add | remove | list ACL bindings"),
     "segments inspect": Command("segments.inspect:main", "PATH|URL [--verify]: validate a segment"),
     "partitions truncate": Command(
         "broker.repair:truncate_main", "TOPIC PARTITION --to N: cut a partition back (repair)"

@@ -1,13 +1,10 @@
-"""Security flags of ``kafscale broker`` and the ``kafscale users`` / ``kafscale acls``
-commands (docs/operations.md, "Security").
+"""Security flags of ``kafscale broker``, the ``kafscale users`` command and the client
+connection flags it shares with ``kafscale acls`` (``broker/cli_acls.py``;
+docs/operations.md, "Security").
 
     kafscale users create NAME [--password P] [--mechanism M ...] [--iterations N]
     kafscale users delete NAME [--mechanism M ...]
     kafscale users list
-    kafscale acls add|remove (--allow-principal P | --deny-principal P) [--operation OP ...]
-                  (--topic T | --group G | --cluster | --transactional-id X)
-                  [--resource-pattern-type literal|prefixed] [--host H]
-    kafscale acls list [resource options]
 
 Against a running cluster (``--bootstrap``, with ``--security-protocol``,
 ``--sasl-mechanism``, ``--sasl-username``, ``--sasl-password``, ``--ssl-ca``) they go
@@ -26,15 +23,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from broker.cli import EnvParser, bool_arg
-from broker.security.acl import (
-    CLUSTER_NAME,
-    AclBinding,
-    AclFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourceType,
-)
 from broker.security.config import (
     DEFAULT_MECHANISMS,
     MECHANISMS,
@@ -43,7 +31,7 @@ from broker.security.config import (
     build_listeners,
     parse_protocol_map,
 )
-from broker.security.scram import DEFAULT_ITERATIONS, HASHES, MECHANISM_IDS, make_credential
+from broker.security.scram import DEFAULT_ITERATIONS, HASHES, make_credential
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -170,7 +158,7 @@ def security_config(
 # ------------------------------------------------------------------ client connection flags
 
 
-def _client_flags(pp: EnvParser) -> None:
+def client_flags(pp: EnvParser) -> None:
     pp.option("--bootstrap", "broker HOST:PORT of a running cluster (admin API)")
     pp.option("--meta", "metadata store of a stopped cluster: embedded or etcd://HOST:PORT")
     pp.option("--data-dir", "directory of the embedded metadata store (default ./data)",
@@ -188,7 +176,7 @@ def _client_flags(pp: EnvParser) -> None:
     add_etcd_flags(pp)
 
 
-def _admin(ns: argparse.Namespace) -> Any:
+def client_admin(ns: argparse.Namespace) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from kafka import KafkaAdminClient
@@ -211,13 +199,13 @@ def _admin(ns: argparse.Namespace) -> Any:
         return KafkaAdminClient(**kwargs)
 
 
-def _open_meta(ns: argparse.Namespace) -> Any:
+def open_client_meta(ns: argparse.Namespace) -> Any:
     from broker.meta.base import open_meta
 
     return open_meta(ns.meta, ns.data_dir, ns.meta_prefix, etcd_auth=etcd_auth_of(vars(ns)))
 
 
-def _target(pp: EnvParser, ns: argparse.Namespace) -> str:
+def connect_target(pp: EnvParser, ns: argparse.Namespace) -> str:
     if bool(ns.bootstrap) == bool(ns.meta):
         pp.error("give exactly one of --bootstrap (running cluster) or --meta (stopped)")
     return "admin" if ns.bootstrap else "meta"
@@ -228,7 +216,7 @@ def _target(pp: EnvParser, ns: argparse.Namespace) -> str:
 
 def _users_parser() -> EnvParser:
     pp = EnvParser("kafscale users", "SCRAM users (create, delete, list).")
-    _client_flags(pp)
+    client_flags(pp)
     sub = pp.parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create", help="create or update a user's SCRAM credentials")
     c.add_argument("name")
@@ -247,7 +235,7 @@ def users_main(argv: Sequence[str], out: TextIO | None = None) -> int:
     out = out or sys.stdout
     pp = _users_parser()
     ns = pp.parse_args(argv)
-    target = _target(pp, ns)
+    target = connect_target(pp, ns)
     mechs = sorted(ns.mechanism or HASHES) if ns.command in ("create", "delete") else []
     password = ""
     if ns.command == "create":
@@ -270,7 +258,7 @@ def users_main(argv: Sequence[str], out: TextIO | None = None) -> int:
 def _users_admin(ns: argparse.Namespace, mechs: list[str], password: str, out: TextIO) -> int:
     from kafka.admin import UserScramCredentialDeletion, UserScramCredentialUpsertion
 
-    admin = _admin(ns)
+    admin = client_admin(ns)
     try:
         if ns.command == "list":
             for user, info in sorted(admin.describe_user_scram_credentials().items()):
@@ -306,7 +294,7 @@ def _users_admin(ns: argparse.Namespace, mechs: list[str], password: str, out: T
 async def _users_meta(ns: argparse.Namespace, mechs: list[str], password: str, out: TextIO) -> int:
     from broker.security.store import CredentialStore
 
-    meta = _open_meta(ns)
+    meta = open_client_meta(ns)
     try:
         store = CredentialStore(meta)
         if ns.command == "list":
@@ -327,193 +315,12 @@ async def _users_meta(ns: argparse.Namespace, mechs: list[str], password: str, o
         await meta.close()
 
 
-# ------------------------------------------------------------------ kafscale acls
-
-_OPS = {op.name.replace("_", "").lower(): op for op in Operation if op > Operation.ANY}
-
-
-def _op(text: str) -> Operation:
-    key = text.replace("_", "").replace("-", "").lower()
-    if key not in _OPS:
-        raise argparse.ArgumentTypeError(f"unknown operation {text!r}")
-    return _OPS[key]
-
-
-def _acls_parser() -> EnvParser:
-    pp = EnvParser("kafscale acls", "ACL bindings (add, remove, list).")
-    _client_flags(pp)
-    sub = pp.parser.add_subparsers(dest="command", required=True)
-    for name, help_ in (("add", "add bindings"), ("remove", "remove matching bindings"),
-                        ("list", "list matching bindings")):  # fmt: skip
-        sp = sub.add_parser(name, help=help_)
-        sp.add_argument("--allow-principal", action="append", default=[])
-        sp.add_argument("--deny-principal", action="append", default=[])
-        sp.add_argument("--operation", action="append", type=_op, default=[],
-                        help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, "
-                        "DescribeConfigs, AlterConfigs, IdempotentWrite, All")  # fmt: skip
-        sp.add_argument("--host", default=None, help="client host (default * for add)")
-        sp.add_argument("--topic")
-        sp.add_argument("--group")
-        sp.add_argument("--transactional-id")
-        sp.add_argument("--cluster", action="store_true")
-        sp.add_argument("--resource-pattern-type", default=None,
-                        choices=("literal", "prefixed", "any", "match"))  # fmt: skip
-    return pp
-
-
-def _resource(ns: argparse.Namespace) -> tuple[ResourceType, str | None]:
-    if ns.topic is not None:
-        return ResourceType.TOPIC, ns.topic
-    if ns.group is not None:
-        return ResourceType.GROUP, ns.group
-    if ns.transactional_id is not None:
-        return ResourceType.TRANSACTIONAL_ID, ns.transactional_id
-    if ns.cluster:
-        return ResourceType.CLUSTER, CLUSTER_NAME
-    return ResourceType.ANY, None
-
-
-def _bindings(pp: EnvParser, ns: argparse.Namespace) -> list[AclBinding]:
-    rtype, name = _resource(ns)
-    if name is None:
-        pp.error("add needs one of --topic, --group, --transactional-id, --cluster")
-    if not ns.allow_principal and not ns.deny_principal:
-        pp.error("add needs --allow-principal or --deny-principal")
-    pattern = PatternType[(ns.resource_pattern_type or "literal").upper()]
-    ops = ns.operation or [Operation.ALL]
-    out = []
-    for perm, principals in ((Permission.ALLOW, ns.allow_principal),
-                             (Permission.DENY, ns.deny_principal)):  # fmt: skip
-        for p in principals:
-            for op in ops:
-                out.append(AclBinding(rtype, pattern, name, p, ns.host or "*", op, perm))
-    for b in out:
-        why = b.invalid()
-        if why:
-            pp.error(why)
-    return out
-
-
-def _filters(ns: argparse.Namespace) -> list[AclFilter]:
-    rtype, name = _resource(ns)
-    default = "literal" if ns.command == "remove" and name is not None else "any"
-    pattern = PatternType[(ns.resource_pattern_type or default).upper()]
-    principals: list[tuple[str | None, Permission]] = [
-        (p, Permission.ALLOW) for p in ns.allow_principal
-    ] + [(p, Permission.DENY) for p in ns.deny_principal]
-    principals = principals or [(None, Permission.ANY)]
-    ops = ns.operation or [Operation.ANY]
-    return [
-        AclFilter(rtype, pattern, name, p, ns.host, op, perm)
-        for p, perm in principals
-        for op in ops
-    ]
-
-
-def _line(b: AclBinding) -> str:
-    return (
-        f"{b.resource_type.name} {b.pattern_type.name} {b.name} {b.principal} "
-        f"{b.host} {b.operation.name} {b.permission.name}"
-    )
-
-
-def acls_main(argv: Sequence[str], out: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    pp = _acls_parser()
-    ns = pp.parse_args(argv)
-    target = _target(pp, ns)
-    bindings = _bindings(pp, ns) if ns.command == "add" else []
-    filters = _filters(ns) if ns.command != "add" else []
-    try:
-        if target == "admin":
-            found = _acls_admin(ns, bindings, filters)
-        else:
-            found = asyncio.run(_acls_meta(ns, bindings, filters))
-    except Exception as exc:  # noqa: BLE001 - one line for the operator
-        print(f"kafscale acls: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    verb = {"add": "added", "remove": "removed", "list": ""}[ns.command]
-    for b in found:
-        out.write(f"{verb + ' ' if verb else ''}{_line(b)}\n")
-    return EXIT_OK
-
-
-def _acls_admin(
-    ns: argparse.Namespace, bindings: list[AclBinding], filters: list[AclFilter]
-) -> list[AclBinding]:
-    from kafka.admin import (
-        ACL,
-        ACLFilter,
-        ACLOperation,
-        ACLPermissionType,
-        ACLResourcePatternType,
-        ResourcePattern,
-        ResourcePatternFilter,
-    )
-    from kafka.admin import ResourceType as KRT
-
-    admin = _admin(ns)
-
-    def back(a: Any) -> AclBinding:
-        rp = a.resource_pattern
-        return AclBinding(
-            ResourceType(int(rp.resource_type)), PatternType(int(rp.pattern_type)),
-            rp.resource_name, a.principal, a.host, Operation(int(a.operation)),
-            Permission(int(a.permission_type)),
-        )  # fmt: skip
-
-    try:
-        if ns.command == "add":
-            acls = [
-                ACL(b.principal, b.host, ACLOperation(int(b.operation)),
-                    ACLPermissionType(int(b.permission)),
-                    ResourcePattern(KRT(int(b.resource_type)), b.name,
-                                    ACLResourcePatternType(int(b.pattern_type))))
-                for b in bindings
-            ]  # fmt: skip
-            res = admin.create_acls(acls)
-            if res["failed"]:
-                raise RuntimeError("; ".join(f"{a}: {e}" for a, e in res["failed"]))
-            return bindings
-        kfilters = [
-            ACLFilter(f.principal, f.host, ACLOperation(int(f.operation)),
-                      ACLPermissionType(int(f.permission)),
-                      ResourcePatternFilter(KRT(int(f.resource_type)), f.name,
-                                            ACLResourcePatternType(int(f.pattern_type))))
-            for f in filters
-        ]  # fmt: skip
-        found: list[AclBinding] = []
-        if ns.command == "list":
-            for kf in kfilters:
-                acls, err = admin.describe_acls(kf)
-                found += [back(a) for a in acls]
-        else:
-            for _kf, matched, err in admin.delete_acls(kfilters):
-                if err is not None:
-                    raise RuntimeError(str(err))
-                found += [back(a) for a, _e in matched]
-        return list(dict.fromkeys(found))
-    finally:
-        admin.close()
-
-
-async def _acls_meta(
-    ns: argparse.Namespace, bindings: list[AclBinding], filters: list[AclFilter]
-) -> list[AclBinding]:
-    from broker.security.store import AclStore
-
-    meta = _open_meta(ns)
-    try:
-        store = AclStore(meta, lambda _b: None)
-        if ns.command == "add":
-            await store.create(bindings)
-            return bindings
-        if ns.command == "remove":
-            return [b for per in await store.delete(filters) for b in per]
-        await store._sync()
-        return list(dict.fromkeys(b for f in filters for b in store.describe(f)))
-    finally:
-        await meta.close()
-
-
-__all__ = ["MECHANISM_IDS", "acls_main", "add_broker_flags", "security_config", "users_main"]
+__all__ = [
+    "add_broker_flags",
+    "client_admin",
+    "client_flags",
+    "connect_target",
+    "open_client_meta",
+    "security_config",
+    "users_main",
+]
