@@ -27,6 +27,9 @@ MECHANISM_NAMES = {v: k for k, v in MECHANISM_IDS.items()}
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka's accepted range
 DEFAULT_ITERATIONS = 4096
 MAX_MESSAGE = 8192
+#: made-up salts of unknown users: stable per user within this process (a repeated probe
+#: sees the same salt, as for a real user), unpredictable from outside
+_FAKE_SALT_KEY = os.urandom(32)
 
 
 class SaslFailure(Exception):
@@ -139,7 +142,7 @@ class ScramServer:
         user = self.user
         if cred is None:
             self._fake = True
-            salt = hmac.new(b"kafscale-unknown-user", user.encode(), self.alg).digest()[:32]
+            salt = hmac.new(_FAKE_SALT_KEY, user.encode(), self.alg).digest()[:32]
             cred = ScramCredential(salt, DEFAULT_ITERATIONS, os.urandom(32), os.urandom(32))
         self._cred = cred
         self._nonce = self._client_nonce + secrets.token_urlsafe(24)
