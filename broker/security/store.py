@@ -30,6 +30,7 @@ from broker.security.scram import ScramCredential
 log = logging.getLogger(__name__)
 
 WATCH_RETRY_S = 0.5
+TXN_CHUNK = 64  # bindings per metadata transaction (etcd allows 128 operations)
 
 
 class CredentialStore:
@@ -138,8 +139,8 @@ class AclStore:
         for b in bindings:
             value = b.to_json()
             puts.append(Put(acl_key(value), value))
-        if puts:
-            await self.meta.txn([], puts)
+        for i in range(0, len(puts), TXN_CHUNK):  # etcd caps the operations of a txn
+            await self.meta.txn([], puts[i : i + TXN_CHUNK])
 
     async def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
         """Delete the bindings each filter matches (read from the store, not the cache);
@@ -154,8 +155,9 @@ class AclStore:
             keys = [k for k, b in current.items() if f.matches(b)]
             out.append([current[k] for k in keys])
             doomed.update(keys)
-        if doomed:
-            await self.meta.txn([], [Delete(k) for k in sorted(doomed)])
+        deletes = [Delete(k) for k in sorted(doomed)]
+        for i in range(0, len(deletes), TXN_CHUNK):
+            await self.meta.txn([], deletes[i : i + TXN_CHUNK])
         return out
 
     def describe(self, f: AclFilter) -> list[AclBinding]:
