@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
               "ES512", "EdDSA"]  # fmt: skip
 URL_REFRESH_S = 300.0
+UNKNOWN_KID_REFETCH_S = 5.0  # at most one fetch per this for tokens naming unknown keys
 MAX_MESSAGE = 16384
 INSTALL = "OAUTHBEARER needs PyJWT and cryptography: pip install 'kafscale[security]'"
 
@@ -110,7 +111,7 @@ class JwtValidator:
     def _key(self, kid: str | None) -> Any:
         self._load()
         if kid not in self._keys and self._is_url:
-            self._load(force=time.monotonic() - self._fetched > 5.0)
+            self._load(force=time.monotonic() - self._fetched > UNKNOWN_KID_REFETCH_S)
         if kid in self._keys:
             return self._keys[kid]
         if kid is None and len(self._keys) == 1:

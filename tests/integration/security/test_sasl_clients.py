@@ -103,7 +103,7 @@ def _ssl_context(sb: SecureBroker) -> ssl.SSLContext:
     return ctx
 
 
-@pytest.mark.parametrize("mech", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("mech", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_kafka_python_sasl_ssl(secure_broker: SecureBroker, mech: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -121,3 +121,49 @@ def test_fuzz_never_authenticates(signer: Signer, data: bytes) -> None:
     except SaslFailure:
         return
     raise AssertionError("random bytes authenticated")
+
+
+def test_jwks_from_url_refetched_for_an_unknown_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JWKS URL (an in-process HTTP server): keys are fetched at start and fetched again
+    when a token names a key id not seen yet (rotation at the identity provider)."""
+    import http.server
+    import threading
+
+    first = make_signer(tmp_path / "a")
+    served = {"doc": first.jwks.read_bytes(), "hits": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            served["hits"] += 1
+            body = served["doc"]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    from broker.security import oauth
+
+    monkeypatch.setattr(oauth, "UNKNOWN_KID_REFETCH_S", 0.0)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        v = JwtValidator(url, ISSUER, AUDIENCE)
+        assert run(v, msg(first.token("a"))).user == "a"
+        second = make_signer(tmp_path / "b")
+        second.kid = "k2"
+        doc = json.loads(second.jwks.read_text())
+        doc["keys"][0]["kid"] = "k2"
+        served["doc"] = json.dumps(doc).encode()
+        assert run(v, msg(second.token("b"))).user == "b"
+        assert served["hits"] == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
