@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
@@ -33,7 +34,7 @@ from tests.integration.security.raw_sasl import login
 VALUE = b"x" * 1024
 
 
-def produce(conf: dict[str, object], topic: str, n: int) -> float:
+def produce(conf: Mapping[str, object], topic: str, n: int) -> float:
     p = Producer({**conf, "linger.ms": 5, "batch.size": 1 << 20, "acks": "all"})
     start = time.perf_counter()
     for _ in range(n):
@@ -47,7 +48,7 @@ def produce(conf: dict[str, object], topic: str, n: int) -> float:
     return n * len(VALUE) / (time.perf_counter() - start) / 1e6
 
 
-def consume(conf: dict[str, object], topic: str, n: int) -> float:
+def consume(conf: Mapping[str, object], topic: str, n: int) -> float:
     c = Consumer({**conf, "group.id": f"b-{uuid.uuid4().hex[:6]}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
     c.subscribe([topic])

@@ -4,6 +4,7 @@ The wait is on the behaviour, with a generous deadline; the time is not asserted
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -85,11 +86,12 @@ def test_acl_change_on_one_broker_enforced_by_the_others(
         resp = c.call(CreateAclsRequest(creations=[binding]), CreateAclsResponse, 3, 20)
         assert [r.error_code for r in resp.results] == [0]
     for p in ports[1:]:
-        assert eventually(lambda p=p: visible(p, topic)), f"broker on {p} never saw the ACL"
+        assert eventually(functools.partial(visible, p, topic)), f"broker {p} never saw the ACL"
     with RawConn(ports[2]) as c:  # removed through another broker
         login(c, "admin", "admin-pw")
         f = (TOPIC, topic, LITERAL, "User:reader", None, ANY, ANY)
         resp = c.call(DeleteAclsRequest(filters=[f]), DeleteAclsResponse, 3, 21)
         assert len(resp.filter_results[0].matching_acls) == 1
     for p in ports[:2]:
-        assert eventually(lambda p=p: not visible(p, topic)), f"broker on {p} kept the ACL"
+        gone = functools.partial(lambda port: not visible(port, topic), p)
+        assert eventually(gone), f"broker on {p} kept the ACL"

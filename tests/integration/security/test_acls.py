@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 TIMEOUT = 30.0
 LIT, PRE = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
+ANY_STR: Any = None  # a filter's "any principal / host" (the stubs say str)
 
 
 def uid() -> str:
@@ -62,7 +63,7 @@ def create_topics(admin: AdminClient, *names: str, partitions: int = 1) -> None:
 
 def produce_error(sb: SecureBroker, user: str, topic: str) -> int | None:
     """The delivery error code of one record produced as ``user`` (None: delivered)."""
-    p = Producer(sb.confluent("SASL_PLAINTEXT", user, **{"message.timeout.ms": 15000}))
+    p = Producer({**sb.confluent("SASL_PLAINTEXT", user), "message.timeout.ms": 15000})
     out: list[KafkaError | None] = []
     p.produce(topic, b"x", on_delivery=lambda e, m: out.append(e))
     p.flush(TIMEOUT)
@@ -81,10 +82,11 @@ def consume_error(sb: SecureBroker, user: str, topic: str, group: str) -> int | 
             m = c.poll(0.5)
             if m is None:
                 continue
-            if m.error() is None:
+            err = m.error()
+            if err is None:
                 return None
-            if m.error().code() != KafkaError._PARTITION_EOF:
-                return int(m.error().code())
+            if err.code() != KafkaError._PARTITION_EOF:
+                return int(err.code())
         raise AssertionError("neither a record nor an error")
     finally:
         c.close()
@@ -204,7 +206,7 @@ def test_describe_and_delete_acls(secure_broker: SecureBroker, admin: AdminClien
                 acl(ResourceType.TOPIC, name, "User:bob", AclOperation.WRITE, DENY),
                 acl(ResourceType.GROUP, name, "User:alice", AclOperation.READ)]  # fmt: skip
     add_acls(admin, *bindings)
-    f = AclBindingFilter(ResourceType.ANY, name, ResourcePatternType.MATCH, None, None,
+    f = AclBindingFilter(ResourceType.ANY, name, ResourcePatternType.MATCH, ANY_STR, ANY_STR,
                          AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
     found = admin.describe_acls(f, request_timeout=TIMEOUT).result(TIMEOUT)
     assert sorted(map(str, found)) == sorted(map(str, bindings))
@@ -212,7 +214,7 @@ def test_describe_and_delete_acls(secure_broker: SecureBroker, admin: AdminClien
     r = kafscale("acls", *admin_flags(secure_broker), "list", "--topic", name)
     assert r.returncode == 0, r.stderr
     assert sorted(line.split()[3] for line in r.stdout.splitlines()) == ["User:alice", "User:bob"]
-    only_topic = AclBindingFilter(ResourceType.TOPIC, name, LIT, None, None,
+    only_topic = AclBindingFilter(ResourceType.TOPIC, name, LIT, ANY_STR, ANY_STR,
                                   AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
     (fut,) = admin.delete_acls([only_topic], request_timeout=TIMEOUT).values()
     assert len(fut.result(TIMEOUT)) == 2

@@ -196,7 +196,7 @@ def test_broker_on_tls_etcd_and_https_s3(
             assert p.flush(30) == 0
             c = Consumer({**conf, "group.id": "tls-g", "auto.offset.reset": "earliest"})
             c.subscribe(["tls-backends"])
-            got: list[bytes] = []
+            got: list[bytes | None] = []
             deadline = time.monotonic() + 30
             while len(got) < 5 and time.monotonic() < deadline:
                 m = c.poll(0.5)

@@ -13,6 +13,7 @@ import subprocess
 import uuid
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -29,7 +30,7 @@ def topic(tag: str) -> str:
     return f"{MX}{tag}-{uuid.uuid4().hex[:8]}"
 
 
-def confluent_roundtrip(conf: dict[str, object], name: str, n: int = 20) -> list[bytes]:
+def confluent_roundtrip(conf: dict[str, Any], name: str, n: int = 20) -> list[bytes | None]:
     p = Producer(conf)
     errors: list[object] = []
     for i in range(n):
@@ -38,7 +39,7 @@ def confluent_roundtrip(conf: dict[str, object], name: str, n: int = 20) -> list
     c = Consumer({**conf, "group.id": f"{name}-g", "auto.offset.reset": "earliest"})
     try:
         c.subscribe([name])
-        got: list[bytes] = []
+        got: list[bytes | None] = []
         for _ in range(int(TIMEOUT * 2)):
             if len(got) >= n:
                 break
@@ -70,10 +71,11 @@ def test_confluent_mtls_principal_from_certificate(secure_broker: SecureBroker) 
         "SSL", **{"ssl.certificate.location": str(eve.cert), "ssl.key.location": str(eve.key)}
     )
     p = Producer(conf)
-    errs: list[KafkaError] = []
+    errs: list[KafkaError | None] = []
     p.produce(topic("mtls-eve"), b"x", on_delivery=lambda e, m: errs.append(e))
     p.flush(TIMEOUT)
-    assert errs and errs[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    first = errs[0] if errs else None
+    assert first is not None and first.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 @pytest.mark.parametrize("mech", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
@@ -216,8 +218,9 @@ def _served_cn(sb: SecureBroker) -> str:
 
     with socket.create_connection(("127.0.0.1", sb.ports["SASL_SSL"]), timeout=10) as raw:
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-            cert = s.getpeercert()
-    return dict(x[0] for x in cert["subject"])["commonName"]
+            cert: Any = s.getpeercert()
+    names = {k: v for rdn in cert["subject"] for k, v in rdn}
+    return str(names["commonName"])
 
 
 def test_certificate_reloaded_without_restart(secure_broker: SecureBroker) -> None:
@@ -264,12 +267,12 @@ def test_kafka_python_mtls_and_oauthbearer(secure_broker: SecureBroker) -> None:
         from kafka import KafkaConsumer, KafkaProducer
         from kafka.net.sasl.oauth import AbstractTokenProvider
 
-    class Provider(AbstractTokenProvider):  # type: ignore[misc]
+    class Provider(AbstractTokenProvider):
         def token(self) -> str:
             return secure_broker.signer.token("app")
 
     pem = secure_broker.pki.client("app")
-    variants = {
+    variants: dict[str, dict[str, Any]] = {
         "mtls": dict(bootstrap_servers=secure_broker.bootstrap("SSL"), security_protocol="SSL",
                      ssl_cafile=str(secure_broker.pki.ca), ssl_certfile=str(pem.cert),
                      ssl_keyfile=str(pem.key)),

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
@@ -83,7 +85,7 @@ def _hmac_with_public_key(signer: Signer) -> str:
         lambda s: "not.a.jwt",
     ],
 )  # fmt: skip
-def test_bad_tokens_fail(signer: Signer, make) -> None:  # type: ignore[no-untyped-def]
+def test_bad_tokens_fail(signer: Signer, make: Callable[[Signer], str]) -> None:
     with pytest.raises(SaslFailure):
         run(validator(signer), msg(make(signer)))
 
@@ -132,7 +134,7 @@ def test_jwks_from_url_refetched_for_an_unknown_key(
     import threading
 
     first = make_signer(tmp_path / "a")
-    served = {"doc": first.jwks.read_bytes(), "hits": 0}
+    served: dict[str, Any] = {"doc": first.jwks.read_bytes(), "hits": 0}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
