@@ -3,7 +3,9 @@
 Lists the live brokers (their registrations in the metadata store), the cluster id and
 the controller id (the lowest live node id: there is no controller, every broker can
 serve every metadata operation). v1 endpoint type 1 (brokers) only; asking for
-controllers (2) gets MISMATCHED_ENDPOINT_TYPE. Authorized operations are not computed.
+controllers (2) gets MISMATCHED_ENDPOINT_TYPE. Needs DESCRIBE on the cluster; the
+cluster's authorized operations are computed when requested. Brokers are given by the
+addresses of the client's listener.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from typing import Any
 from kafka.protocol.admin import DescribeClusterResponse
 
 from broker.handlers.registry import RequestContext
-from broker.security.authz import Operation, allowed_cluster, listener_name
+from broker.security.authz import (
+    CLUSTER_NAME,
+    Operation,
+    ResourceType,
+    allowed_cluster,
+    authorized_operations,
+    listener_name,
+)
 from protocol.errors import ErrorCode
 
 _Broker = DescribeClusterResponse.DescribeClusterBroker
@@ -53,4 +62,9 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
             for b in broker.cluster.brokers()
             for h, p in (b.address(listener_name(ctx)),)
         ],
+        authorized_operations=(
+            authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+            if getattr(request, "include_cluster_authorized_operations", False)
+            else None
+        ),
     )

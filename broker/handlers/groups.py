@@ -12,8 +12,8 @@ Supported versions:
   before KIP-814). Member metadata above ``MAX_MEMBER_METADATA_BYTES`` (128 KiB) gets
   INVALID_REQUEST. v0 (no rebalance timeout) uses the session timeout for both.
 - SyncGroup (14) v0-5, Heartbeat (12) v0-4, LeaveGroup (13) v0-5 (batch from v3).
-- DescribeGroups (15) v0-5: authorized operations are not computed (Kafka's "not
-  requested" value is returned). An unknown group is reported as state ``Dead``.
+- DescribeGroups (15) v0-5: authorized operations computed when requested (v3+). An
+  unknown group is reported as state ``Dead``.
 - ListGroups (16) v0-4: v4 states filter (case-insensitive); lists only groups this broker
   coordinates, as Kafka does.
 - DeleteGroups (42) v0-2.
@@ -48,6 +48,7 @@ from broker.security.authz import (
     ResourceType,
     allowed,
     allowed_cluster,
+    authorized_operations,
     listener_name,
 )
 from groupcoord import GroupCoordinator, JoinRequest, JoinResult
@@ -277,7 +278,7 @@ def _error_described(group_id: str, err: ErrorCode) -> Any:
     )
 
 
-async def _describe(ctx: RequestContext, group_id: str) -> Any:
+async def _describe(ctx: RequestContext, group_id: str, include_ops: bool = False) -> Any:
     err = group_error(ctx, group_id, Operation.DESCRIBE)
     if err is not None:
         return _error_described(group_id, err)
@@ -300,7 +301,9 @@ async def _describe(ctx: RequestContext, group_id: str) -> Any:
         protocol_type=d.protocol_type,
         protocol_data=d.protocol_name,
         members=members,
-        authorized_operations=None,
+        authorized_operations=authorized_operations(ctx, ResourceType.GROUP, group_id)
+        if include_ops
+        else None,
     )
 
 
@@ -311,7 +314,8 @@ def _describe_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
 
 @guarded(_describe_error)
 async def describe_groups(ctx: RequestContext, request: Any) -> Any:
-    groups = [await _describe(ctx, g) for g in request.groups or []]
+    ops = bool(getattr(request, "include_authorized_operations", False))  # KIP-430
+    groups = [await _describe(ctx, g, ops) for g in request.groups or []]
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 

@@ -6,8 +6,10 @@ epoch is the owner key's epoch
 (-1 before anyone has taken the partition). Replicas and ISR are the leader alone: the
 data's durability is the object store's. Topics are auto-created when the request allows
 it (v4+ flag; always for v0-3) and the broker's auto-create setting is on. v10+ carries
-topic ids; v12 accepts topics requested by id. Authorized operations are not computed
-(Kafka's "not requested" default is returned).
+topic ids; v12 accepts topics requested by id. Authorized operations (KIP-430) are
+computed when requested (topics v8+, the cluster v8-10). Topics the principal may not
+DESCRIBE are left out of all-topic answers and named ones get TOPIC_AUTHORIZATION_FAILED
+(docs/operations.md, "Security").
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
 from broker.security.authz import (
+    CLUSTER_NAME,
     Operation,
     ResourceType,
     allowed,
+    authorized_operations,
     listener_name,
     may_create_topic,
 )
@@ -123,12 +127,20 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
         for b in broker.cluster.brokers()
         for h, p in (b.address(listener),)
     ]
+    if getattr(request, "include_topic_authorized_operations", False):  # KIP-430
+        for t in topics:
+            if t.error_code == 0 and t.name:
+                t.authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, t.name)
+    cluster_ops = None
+    if getattr(request, "include_cluster_authorized_operations", False) and version <= 10:
+        cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=broker.cluster_id,
         controller_id=broker.cluster.controller_id(),
         topics=topics,
+        authorized_operations=cluster_ops,
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "allowed",
     "allowed_cluster",
     "principal",
+    "authorized_operations",
     "authorizer_of",
     "config_denied",
     "idempotent_write_allowed",
@@ -99,3 +100,23 @@ def may_create_topic(ctx: RequestContext, name: str) -> bool:
     return allowed_cluster(ctx, Operation.CREATE) or allowed(
         ctx, Operation.CREATE, ResourceType.TOPIC, name
     )
+
+
+_SUPPORTED: dict[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (
+        Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER,
+        Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.CLUSTER: (
+        Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE,
+    ),
+}  # fmt: skip
+
+
+def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> set[int]:
+    """KIP-430: the operations the principal may perform on the resource, as the set of
+    operation codes kafka-python's bitfield type encodes (for Metadata, DescribeCluster
+    and DescribeGroups when the client asks for them)."""
+    return {int(op) for op in _SUPPORTED[rtype] if allowed(ctx, op, rtype, name)}

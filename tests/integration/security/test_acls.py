@@ -279,3 +279,21 @@ def test_metadata_and_describe_cluster_advertise_the_clients_listener(
         assert [b.port for b in md.brokers] == [secure_broker.ports["PLAINTEXT"]]
         dc = c.call(DescribeClusterRequest(), DescribeClusterResponse, 0, 33)
         assert dc.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_authorized_operations_kip430(secure_broker: SecureBroker, admin: AdminClient) -> None:
+    from confluent_kafka import TopicCollection
+
+    t = f"ops-{uid()}"
+    create_topics(admin, t)
+    add_acls(admin, acl(ResourceType.TOPIC, t, "User:alice", AclOperation.READ),
+             acl(ResourceType.TOPIC, t, "User:alice", AclOperation.ALTER_CONFIGS))  # fmt: skip
+    alice = AdminClient(secure_broker.confluent("SASL_PLAINTEXT", "alice"))
+    (fut,) = alice.describe_topics(
+        TopicCollection([t]), include_authorized_operations=True, request_timeout=TIMEOUT
+    ).values()
+    ops = set(fut.result(TIMEOUT).authorized_operations)
+    assert ops == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.ALTER_CONFIGS,
+                   AclOperation.DESCRIBE_CONFIGS}  # fmt: skip
+    desc = admin.describe_cluster(include_authorized_operations=True, request_timeout=TIMEOUT)
+    assert AclOperation.ALTER in set(desc.result(TIMEOUT).authorized_operations)  # super user
