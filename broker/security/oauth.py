@@ -15,9 +15,11 @@ Needs PyJWT and cryptography (``pip install 'kafscale[security]'``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import threading
 import time
 import urllib.request
 from typing import Any
@@ -60,6 +62,7 @@ class JwtValidator:
         self._keys: dict[str | None, Any] = {}
         self._stamp: tuple[int, int] | None = None
         self._fetched = 0.0
+        self._lock = threading.Lock()  # validate() runs in worker threads
         self._load(force=True)
 
     @property
@@ -109,9 +112,10 @@ class JwtValidator:
         self._keys = keys
 
     def _key(self, kid: str | None) -> Any:
-        self._load()
-        if kid not in self._keys and self._is_url:
-            self._load(force=time.monotonic() - self._fetched > UNKNOWN_KID_REFETCH_S)
+        with self._lock:
+            self._load()
+            if kid not in self._keys and self._is_url:
+                self._load(force=time.monotonic() - self._fetched > UNKNOWN_KID_REFETCH_S)
         if kid in self._keys:
             return self._keys[kid]
         if kid is None and len(self._keys) == 1:
@@ -175,7 +179,8 @@ class OAuthBearerServer:
         scheme, _, bearer = auth.partition(" ")
         if scheme.lower() != "bearer" or not bearer.strip():
             raise SaslFailure("malformed OAUTHBEARER message")
-        name, exp = self.validator.validate(bearer.strip())
+        # in a thread: a JWKS URL may be fetched, and signatures cost CPU
+        name, exp = await asyncio.to_thread(self.validator.validate, bearer.strip())
         authzid = parts[1]
         if authzid and authzid != f"a={name}":
             raise SaslFailure("authorization id differs from the token's principal")

@@ -15,6 +15,7 @@ client certificate the mapped certificate subject.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Protocol
@@ -77,7 +78,8 @@ class PlainServer:
         for mechanism in HASHES:
             cred = await self.creds.scram(user, mechanism)
             if cred is not None:
-                if check_password(mechanism, cred, parts[2]):
+                # PBKDF2 off the event loop (hashlib releases the GIL while it runs)
+                if await asyncio.to_thread(check_password, mechanism, cred, parts[2]):
                     self.done = True
                     return b""
                 break

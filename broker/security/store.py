@@ -80,6 +80,7 @@ class AclStore:
         self.bindings: dict[str, AclBinding] = {}
         self.changed = asyncio.Event()  # set on every change (tests, diagnostics)
         self._task: asyncio.Task[None] | None = None
+        self._pending = False
 
     async def start(self) -> None:
         rev = await self._sync()
@@ -110,8 +111,16 @@ class AclStore:
             log.warning("unreadable ACL binding at %s; ignored", key)
 
     def _publish(self) -> None:
+        self._pending = False
         self.on_change(list(self.bindings.values()))
         self.changed.set()
+
+    def _publish_soon(self) -> None:
+        """One rebuild for a burst of events (a transaction of many bindings arrives as
+        many events in one read): scheduled once, run when the loop comes round."""
+        if not self._pending:
+            self._pending = True
+            asyncio.get_running_loop().call_soon(self._publish)
 
     async def _watch(self, revision: int) -> None:
         while True:
@@ -120,7 +129,7 @@ class AclStore:
                 async for ev in watch:
                     revision = ev.mod_revision
                     self._apply(ev.type, ev.key, ev.value)
-                    self._publish()
+                    self._publish_soon()
             except MetaStoreError as exc:
                 log.warning("ACL watch failed (%s); re-reading", exc)
                 while True:
