@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-16.
+"""Fetch (key 1), versions 4-17 (v17 only adds a follower field, ignored here).
 
 The high watermark is the committed log end. Whole batches are returned: a fetch offset
 inside a batch returns the batch that contains it, and at least one batch even above the

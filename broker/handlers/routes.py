@@ -30,9 +30,9 @@ from protocol.apis import ApiKey
 def build_routes() -> dict[int, Route]:
     routes = (
         Route(ApiKey.PRODUCE, 0, 11, produce.produce, produce.decode),
-        Route(ApiKey.FETCH, 4, 16, fetch.fetch),
-        Route(ApiKey.LIST_OFFSETS, 0, 8, list_offsets.list_offsets),
-        Route(ApiKey.METADATA, 0, 12, metadata.metadata),
+        Route(ApiKey.FETCH, 4, 17, fetch.fetch),
+        Route(ApiKey.LIST_OFFSETS, 0, 10, list_offsets.list_offsets),
+        Route(ApiKey.METADATA, 0, 13, metadata.metadata),
         Route(ApiKey.OFFSET_COMMIT, 0, 8, group_offsets.offset_commit),
         Route(ApiKey.OFFSET_FETCH, 0, 8, group_offsets.offset_fetch),
         Route(ApiKey.FIND_COORDINATOR, 0, 4, groups.find_coordinator),
@@ -54,7 +54,7 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.DELETE_GROUPS, 0, 2, groups.delete_groups),
         Route(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, configs.incremental_alter_configs),
         Route(ApiKey.OFFSET_DELETE, 0, 0, group_offsets.offset_delete),
-        Route(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.describe_cluster),
+        Route(ApiKey.DESCRIBE_CLUSTER, 0, 2, describe_cluster.describe_cluster),
     )
     table: dict[int, Route] = {}
     for route in routes:
