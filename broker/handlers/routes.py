@@ -13,11 +13,16 @@ from broker.handlers import (
     configs,
     delete_records,
     describe_cluster,
+    describe_producers,
+    describe_quorum,
+    describe_topic_partitions,
     fetch,
     group_offsets,
     groups,
     leader_epoch,
+    leadership,
     list_offsets,
+    log_dirs,
     metadata,
     produce,
     producer_ids,
@@ -55,6 +60,20 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, configs.incremental_alter_configs),
         Route(ApiKey.OFFSET_DELETE, 0, 0, group_offsets.offset_delete),
         Route(ApiKey.DESCRIBE_CLUSTER, 0, 2, describe_cluster.describe_cluster),
+        # Kafka 4 admin APIs (issue 12)
+        Route(
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+            0,
+            0,
+            describe_topic_partitions.describe_topic_partitions,
+        ),
+        Route(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, log_dirs.describe_log_dirs),
+        Route(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 2, log_dirs.alter_replica_log_dirs),
+        Route(ApiKey.ELECT_LEADERS, 0, 2, leadership.elect_leaders),
+        Route(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, leadership.list_partition_reassignments),
+        Route(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1, leadership.alter_partition_reassignments),
+        Route(ApiKey.DESCRIBE_PRODUCERS, 0, 0, describe_producers.describe_producers),
+        Route(ApiKey.DESCRIBE_QUORUM, 0, 2, describe_quorum.describe_quorum),
     )
     table: dict[int, Route] = {}
     for route in routes:

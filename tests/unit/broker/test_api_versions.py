@@ -60,7 +60,7 @@ async def test_kafka_python_infers_4_0_and_features(client: WireClient) -> None:
     assert (await client.call(_request(), 2)).error_code == 0
 
 
-_RANGE = r"\((?:key )?{key}\),? (?:versions |v)(\d+)(?:-(\d+))?"
+_RANGE = r"\((?:key )?{key}\),? (?:versions? |v)(\d+)(?:-(\d+))?"
 
 
 def test_every_route_states_its_versions_and_kafka_python_knows_them() -> None:
