@@ -107,6 +107,8 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         self._busy = False  # a request is being handled
         self._draining = False  # the peer hung up: finish the requests it already sent
         self._tasks: list[asyncio.Task[None]] = []
+        self._mute_after: dict[int, int] = {}  # correlation id -> quota throttle ms
+        self._muted: asyncio.TimerHandle | None = None
 
     # -- transport callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -241,7 +243,18 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         self._apply_reading()
 
     def _reading_stopped(self) -> bool:
-        return self._paused or bool(self.waiting_for_memory)
+        return self._paused or bool(self.waiting_for_memory) or self._muted is not None
+
+    def _mute(self, ms: int) -> None:
+        """Stop reading for ``ms`` (a client over its quota, KIP-219)."""
+        if self._muted is not None:
+            self._muted.cancel()
+        self._muted = asyncio.get_running_loop().call_later(ms / 1000, self._unmute)
+        self._apply_reading()
+
+    def _unmute(self) -> None:
+        self._muted = None
+        self._apply_reading()
 
     def _apply_reading(self) -> None:
         """Pause the transport while in-flight bytes or the frame budget say so."""
@@ -332,10 +345,14 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         except Exception as exc:  # a handler bug: answer, keep the connection
             handler_failed(hdr.api_key, hdr.api_version, exc)
             return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
+        if ctx.throttle_ms > 0:
+            self._mute_after[hdr.correlation_id] = ctx.throttle_ms
         if inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
         elif result is None:
             self._answered(size)
+            if self._mute_after.pop(hdr.correlation_id, 0) > 0:  # acks=0: no response
+                self._mute(ctx.throttle_ms)
             return None
         return hdr, result, size
 
@@ -371,6 +388,10 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             self._answered(size)
             if bufs:
                 self._send(bufs)
+            if self._mute_after:
+                mute = self._mute_after.pop(hdr.correlation_id, 0)
+                if mute > 0:
+                    self._mute(mute)
                 if not self._can_write.is_set():
                     await self._can_write.wait()
 

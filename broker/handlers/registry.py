@@ -26,7 +26,9 @@ from protocol.frame import RequestHeader
 if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.config import BrokerConfig
+    from broker.fetch_sessions import FetchSessionCache
     from broker.logs import LogManager
+    from broker.quotas import QuotaStore
     from broker.topics import TopicManager
     from groupcoord import GroupCoordinator
 
@@ -60,6 +62,10 @@ class BrokerContext(Protocol):
     def routes(self) -> Routes: ...
     @property
     def cluster_id(self) -> str: ...
+    @property
+    def quotas(self) -> QuotaStore: ...
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
 
 
 @dataclass(slots=True)
@@ -67,6 +73,9 @@ class RequestContext:
     broker: BrokerContext
     header: RequestHeader
     peer: str = ""  # "host:port" of the client
+    # set by a handler whose client went over its quota (broker/quotas.py): the
+    # connection stops reading this long once the response is sent (KIP-219)
+    throttle_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from broker.handlers import (
     api_versions,
+    client_quotas,
     configs,
     delete_records,
     describe_cluster,
@@ -74,6 +75,8 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1, leadership.alter_partition_reassignments),
         Route(ApiKey.DESCRIBE_PRODUCERS, 0, 0, describe_producers.describe_producers),
         Route(ApiKey.DESCRIBE_QUORUM, 0, 2, describe_quorum.describe_quorum),
+        Route(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, client_quotas.describe_client_quotas),
+        Route(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, client_quotas.alter_client_quotas),
     )
     table: dict[int, Route] = {}
     for route in routes:
