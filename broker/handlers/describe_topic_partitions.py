@@ -10,8 +10,8 @@ nothing against the limit. As in Kafka, a cursor topic must be one of the reques
 (else every requested topic answers INVALID_REQUEST).
 
 Deviations: there are no eligible leader replicas (KIP-966's ELR needs replicas), so both
-ELR fields are null; authorized operations are not computed (Kafka's "not requested"
-default is returned).
+ELR fields are empty lists (as Kafka sends them; the Java client needs them non-null);
+authorized operations are not computed (Kafka's "not requested" default is returned).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def _partitions(ctx: RequestContext, info: TopicInfo, start: int, count: int) ->
                 leader_epoch=cluster.leader_epoch(info.name, p),
                 replica_nodes=[leader],
                 isr_nodes=[leader],
-                eligible_leader_replicas=None,
-                last_known_elr=None,
+                eligible_leader_replicas=[],
+                last_known_elr=[],
                 offline_replicas=[],
             )
         )
