@@ -299,9 +299,7 @@ class FetchContext:
                 cp = parts.get((k, p.index))
                 if cp is None:
                     continue
-                has_data = any(
-                    (b.nbytes if isinstance(b, memoryview) else len(b)) for b in p.records
-                )
+                has_data = bool(p.records)  # batches read (never empty buffers)
                 changed = (
                     has_data
                     or p.error_code != 0

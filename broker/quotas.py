@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -46,6 +47,7 @@ ANONYMOUS = "ANONYMOUS"
 SAMPLES = 11  # Kafka's quota.window.num
 WINDOW_MS = 1000  # Kafka's quota.window.size.seconds, in ms
 _RETRY_S = 0.5
+MAX_RATES = 10_000  # measured (quota, user, client) rates before idle ones are dropped
 
 
 class Rate:
@@ -188,9 +190,17 @@ class QuotaStore:
         now = self._clock() * 1000.0
         rate = self._rates.get(key)
         if rate is None:
+            if len(self._rates) >= MAX_RATES:
+                self._forget_idle(now)
             rate = self._rates[key] = Rate()
         rate.record(nbytes, now)
         return self._throttle(rate, bound, now)
+
+    def _forget_idle(self, now: float) -> None:
+        """Drop the rates of clients idle for a whole window (Kafka expires idle quota
+        sensors too), so client ids that come and go cannot grow the table for ever."""
+        for key in [k for k, r in self._rates.items() if r.per_second(now) == 0.0]:
+            del self._rates[key]
 
     def current_throttle(self, kind: str, user: str, client: str) -> int:
         """The throttle time owed now, recording nothing (a fetch over quota is answered
@@ -291,7 +301,9 @@ def check_ops(ops: list[tuple[str, float, bool]]) -> QuotaError | None:
                 ErrorCode.INVALID_REQUEST,
                 f"quota {name!r} is not enforced here (only {', '.join(ENFORCED)})",
             )
-        if not remove and (value <= 0 or value != int(value) or value > 2**63 - 1):
+        if not remove and not (
+            math.isfinite(value) and 0 < value <= 2**63 - 1 and value == int(value)
+        ):
             return QuotaError(
                 ErrorCode.INVALID_REQUEST, f"{name} must be a positive whole number of bytes/s"
             )

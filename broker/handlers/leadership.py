@@ -34,6 +34,7 @@ from kafka.protocol.admin import (
 )
 
 from broker.handlers.registry import RequestContext
+from broker.partition import ACTIVE
 from broker.peer import PeerError, call_peer
 from protocol.errors import ErrorCode, KafkaProtocolError
 
@@ -105,7 +106,10 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
             outcome[(topic, p)] = (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None)
             continue
         owner = cluster.partition_owner(topic, p).node_id
-        if cluster.holder(topic, p) == owner:
+        mine = broker.logs.logs.get((topic, p))  # held here (the watch may lag behind)
+        if cluster.holder(topic, p) == owner or (
+            owner == cluster.me.node_id and mine is not None and mine.state == ACTIVE
+        ):
             outcome[(topic, p)] = (int(ErrorCode.ELECTION_NOT_NEEDED), "already led by its owner")
         elif owner == cluster.me.node_id:
             outcome[(topic, p)] = await _take(ctx, topic, p)

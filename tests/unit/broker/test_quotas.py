@@ -83,6 +83,9 @@ async def test_alter_validation_and_describe_filters(store: tuple[QuotaStore, Cl
         ((("user", "u"),), [("request_percentage", 10.0, False)], "not enforced"),
         ((("user", "u"),), [(PRODUCE, -1.0, False)], "positive"),
         ((("user", "u"),), [(PRODUCE, 1.5, False)], "whole"),
+        ((("user", "u"),), [(PRODUCE, float("nan"), False)], "whole"),
+        ((("user", "u"),), [(PRODUCE, float("inf"), False)], "whole"),
+        ((), [(PRODUCE, 1.0, False)], "once"),
         ((("user", "u"), ("user", "v")), [(PRODUCE, 1.0, False)], "once"),
     ]
     for entity, ops, why in refused:
