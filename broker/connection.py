@@ -399,12 +399,12 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                     self.close()
                     return
             self._answered(size)
-            if bufs:
-                self._send(bufs)
-            if self._mute_after:
+            if self._mute_after:  # a quota throttle: mute from the response on (KIP-219)
                 mute = self._mute_after.pop(hdr.correlation_id, 0)
                 if mute > 0:
                     self._mute(mute)
+            if bufs:
+                self._send(bufs)
                 if not self._can_write.is_set():
                     await self._can_write.wait()
 
