@@ -132,3 +132,51 @@ def test_consumer_on_1000_partitions_with_and_without_sessions(
     # with one, an idle incremental fetch names and answers none of them
     assert per["sessions"][0] * 20 < per["sessionless"][0]
     assert per["sessions"][1] * 20 < per["sessionless"][1]
+
+
+def test_sessions_die_with_the_broker_and_the_consumer_recovers(
+    targets: dict[str, Target],
+) -> None:
+    """A restarted broker has no sessions: the consumer's next fetch starts a new one and
+    every record, before and after the restart, is consumed exactly once."""
+    t = targets["sessions"]
+    admin = AdminClient({"bootstrap.servers": t.bootstrap})
+    admin.create_topics([NewTopic("again", num_partitions=50)])["again"].result(WAIT)
+
+    def produce(first: int, n: int) -> None:
+        p = Producer({"bootstrap.servers": t.bootstrap, "linger.ms": 5})
+        for i in range(first, first + n):
+            p.produce("again", key=b"%d" % i, value=b"y", partition=i % 50)
+        assert p.flush(WAIT) == 0
+
+    c = KafkaConsumer(
+        bootstrap_servers=t.bootstrap,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+        request_timeout_ms=30000,
+        reconnect_backoff_ms=50,
+    )
+    keys: list[bytes] = []
+
+    def consume_until(n: int) -> None:
+        deadline = time.monotonic() + WAIT
+        while len(keys) < n:
+            assert time.monotonic() < deadline, f"consumed {len(keys)} of {n}"
+            for records in c.poll(timeout_ms=300).values():
+                keys.extend(r.key for r in records)
+
+    try:
+        c.assign([TopicPartition("again", p) for p in range(50)])
+        c.seek_to_beginning()
+        produce(0, 500)
+        consume_until(500)
+        fetches_before = t.proxy.counts.snapshot(ApiKey.FETCH).requests
+        t.broker.restart()
+        produce(500, 500)
+        consume_until(1000)
+        for _ in range(3):
+            c.poll(timeout_ms=200)  # nothing more, no duplicates
+    finally:
+        c.close()
+    assert t.proxy.counts.snapshot(ApiKey.FETCH).requests > fetches_before
+    assert sorted(keys) == sorted(b"%d" % i for i in range(1000))
