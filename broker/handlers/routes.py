@@ -17,6 +17,7 @@ from broker.handlers import (
     describe_producers,
     describe_quorum,
     describe_topic_partitions,
+    features,
     fetch,
     group_offsets,
     groups,
@@ -77,6 +78,7 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.DESCRIBE_QUORUM, 0, 2, describe_quorum.describe_quorum),
         Route(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, client_quotas.describe_client_quotas),
         Route(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, client_quotas.alter_client_quotas),
+        Route(ApiKey.UPDATE_FEATURES, 0, 2, features.update_features),
     )
     table: dict[int, Route] = {}
     for route in routes:

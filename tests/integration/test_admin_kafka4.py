@@ -117,6 +117,10 @@ def test_kafka_python_sees_a_4_0_broker_with_features(pair: Pair) -> None:
         assert features["metadata.version"]["finalized"] == (25, 25)
         assert features["metadata.version"]["supported"] == (7, 25)
         assert features["metadata.version"]["finalized_epoch"] is not None
+        # features are fixed by the build: setting the current level is a no-op success
+        assert admin.update_features({"metadata.version": 25}) == {"metadata.version": "OK"}
+        with pytest.raises(kerr.InvalidUpdateVersionError):
+            admin.update_features({"metadata.version": 24})
     finally:
         admin.close()
 

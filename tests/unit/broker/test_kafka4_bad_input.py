@@ -13,6 +13,7 @@ from kafka.protocol.admin import (
     DescribeClientQuotasRequest,
     DescribeTopicPartitionsRequest,
     ElectLeadersRequest,
+    UpdateFeaturesRequest,
 )
 
 from broker.server import Broker
@@ -94,3 +95,23 @@ async def test_elect_leaders_unknown_partitions(client: WireClient) -> None:
     first = [p.error_code for r in again.replica_election_results if r.topic == "t"
              for p in r.partition_result if p.partition_id == 0]  # fmt: skip
     assert first == [ErrorCode.ELECTION_NOT_NEEDED]
+
+
+async def test_update_features_per_feature_before_v2(client: WireClient) -> None:
+    key = UpdateFeaturesRequest.FeatureUpdateKey
+    req = UpdateFeaturesRequest(
+        timeout_ms=1000,
+        feature_updates=[
+            key(feature="metadata.version", max_version_level=25, upgrade_type=1),
+            key(feature="no.such.feature", max_version_level=1, upgrade_type=1),
+        ],
+        validate_only=False,
+    )
+    resp = await client.call(req, 1)
+    assert resp.error_code == 0
+    assert [(r.feature, r.error_code) for r in resp.results] == [
+        ("metadata.version", 0),
+        ("no.such.feature", ErrorCode.INVALID_UPDATE_VERSION),
+    ]
+    v2 = await client.call(req, 2)
+    assert v2.error_code == ErrorCode.INVALID_UPDATE_VERSION and "no.such" in v2.error_message
