@@ -9,7 +9,10 @@ epoch, and only the partitions whose fetch position changed (plus forgotten ones
 broker answers only partitions with records, a changed watermark or log start, or an
 error. Partitions that returned records move to the end of the session's order, so large
 partitions cannot starve the rest (the first partition with data may exceed the byte
-limits). Epoch -1 fetches without a session (and closes the one named).
+limits). Epoch -1 fetches without a session (and closes the one named). An incremental
+fetch does not even read the partitions this broker holds whose log has not moved since
+the client was last told (``_unchanged``): a long poll waits on them too, and one that
+changes rejoins the read when it wakes the poll (``refresh``).
 
 Errors, as Kafka's: an unknown session id answers FETCH_SESSION_ID_NOT_FOUND, a wrong
 epoch INVALID_FETCH_SESSION_EPOCH (clients then start over with a full fetch), mixing
@@ -40,6 +43,7 @@ from typing import Any
 
 from broker import quotas
 from broker.handlers.registry import Encoded
+from broker.partition import ACTIVE, PartitionLog
 from protocol.errors import ErrorCode
 from protocol.fetch_fast import FetchResponseData, FetchTopicData, encode_fetch_response
 
@@ -49,6 +53,7 @@ FINAL_EPOCH = -1
 EVICTION_MS = 120_000
 DEFAULT_MAX_SESSIONS = 1000
 
+_MISSING = object()
 TopicKey = str | uuid.UUID  # topic name (v7-12) or topic id (v13+)
 PartKey = tuple[TopicKey, int]
 
@@ -198,6 +203,8 @@ class FetchContext:
         self.early: Any = None
         self._session: FetchSession | None = None
         self._full = False
+        self._idle: dict[PartKey, PartitionLog] = {}  # unchanged partitions, not read
+        self._infos: dict[TopicKey, Any] = {}  # topic lookups of this request
         cache: FetchSessionCache = ctx.broker.fetch_sessions
         self._cache = cache
         uses_ids = version >= 13
@@ -248,7 +255,51 @@ class FetchContext:
         self._cache.touch(session, self._cache.now_ms())
         session.epoch = 1 if session.epoch >= 2**31 - 1 else session.epoch + 1
         self._session = session
-        self.request = _view(list(parts.values()), self._uses_ids)
+        self._idle = {k: lg for k, cp in parts.items() if (lg := self._unchanged(cp)) is not None}
+        self.request = _view([cp for k, cp in parts.items() if k not in self._idle], self._uses_ids)
+
+    def _unchanged(self, cp: CachedPartition) -> PartitionLog | None:
+        """The partition's log when this broker holds it and nothing the client was last
+        told has changed (no records past its position, same watermarks and log start):
+        such a partition is left out of the read, and only waited on."""
+        hw = cp.high_watermark
+        if hw < 0 or cp.fetch_offset != hw or cp.last_stable_offset != hw:
+            return None
+        info = self._infos.get(cp.topic, _MISSING)
+        if info is _MISSING:
+            topics = self._ctx.broker.topics
+            t = cp.topic
+            info = self._infos[t] = (
+                topics.get_by_id(t) if isinstance(t, uuid.UUID) else topics.get(t)
+            )
+        if info is None:
+            return None
+        lg = self._ctx.broker.logs.logs.get((info.name, cp.partition))
+        if lg is None or lg.state != ACTIVE or lg.topic_id != info.topic_id:
+            return None
+        if lg.hw != hw or lg.log_start != cp.log_start_offset:
+            return None
+        return lg
+
+    def idle_logs(self) -> list[PartitionLog]:
+        """Logs of the session's unchanged partitions: a long poll waits on them too."""
+        return list(self._idle.values())
+
+    def refresh(self) -> bool:
+        """After a long poll woke up: when an unchanged partition changed, it rejoins
+        the read (``request`` is rebuilt, in session order); True when the caller must
+        plan the read again."""
+        if self._session is None or not self._idle:
+            return False
+        self._infos.clear()
+        parts = self._session.partitions
+        moved = [k for k in self._idle if k in parts and self._unchanged(parts[k]) is None]
+        if not moved:
+            return False
+        for k in moved:
+            del self._idle[k]
+        self.request = _view([cp for k, cp in parts.items() if k not in self._idle], self._uses_ids)
+        return True
 
     def _error(self, code: ErrorCode) -> Any:
         return self._encode(FetchResponseData(error_code=int(code)))

@@ -157,6 +157,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         if request.min_bytes <= 0 or total >= max(1, request.min_bytes) or remaining <= 0 or errors:
             return session.respond(resp)
         logs = [w.log for _, _, ws in plan for w in ws if w.log is not None]
+        logs += session.idle_logs()  # a session's unchanged partitions, not read
         if not logs:
             return session.respond(resp)
         waiter: asyncio.Future[None] = loop.create_future()
@@ -170,3 +171,5 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             for lg in logs:
                 if waiter in lg.waiters:
                     lg.waiters.remove(waiter)
+        if session.refresh():  # an unchanged partition of the session changed: read it too
+            plan = await _resolve(ctx, session.request, version)

@@ -4,6 +4,7 @@ v13+ by topic id)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -159,3 +160,32 @@ async def test_names_and_ids_do_not_mix_in_a_session(broker: Broker) -> None:
         assert mixed.error_code == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
     finally:
         await c.close()
+
+
+async def test_long_poll_wakes_on_a_partition_left_unread(broker: Broker) -> None:
+    """Unchanged partitions of a session are not read, only waited on: new records on one
+    of them end the long poll, and the response carries them."""
+    c = await WireClient.connect(broker.port)
+    writer = await WireClient.connect(broker.port)
+    try:
+        tid = broker.topics.get("s").topic_id  # type: ignore[union-attr]
+        for p in range(3):
+            await _produce(writer, p, 1)
+        full = await c.call(_fetch(16, tid, {0: 0, 1: 0, 2: 0}, 0, 0), 16)
+        sid = full.session_id
+        inc = await c.call(_fetch(16, tid, {0: 1, 1: 1, 2: 1}, sid, 1), 16)
+        assert _answered(inc) == {}  # positions moved to the end: nothing new
+        poll = _fetch(16, tid, {}, sid, 2)
+        poll.max_wait_ms, poll.min_bytes = 25_000, 1
+        waiting = asyncio.ensure_future(c.call(poll, 16))
+        idle = broker.logs.logs[("s", 1)]
+        deadline = asyncio.get_running_loop().time() + 30
+        while not idle.waiters:  # the poll waits on partition 1 without having read it
+            assert asyncio.get_running_loop().time() < deadline and not waiting.done()
+            await asyncio.sleep(0.01)
+        await _produce(writer, 1, 2)
+        got = _answered(await waiting)
+        assert set(got) == {1} and got[1][1] == 3 and got[1][2] > 0
+    finally:
+        await c.close()
+        await writer.close()
