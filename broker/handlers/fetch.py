@@ -14,9 +14,7 @@ metadata store unreachable) answers KAFKA_STORAGE_ERROR (retriable) alone; the o
 partitions of the request are served.
 
 Fetch sessions (v7+, KIP-227) and client fetch quotas: ``broker/fetch_sessions.py``
-decides which partitions a request reads and which the response carries.
-
-Deviations: the
+decides which partitions a request reads and which the response carries. Deviations: the
 client's current leader epoch is not checked (owners change only through the metadata
 store's fencing, docs/architecture.md, ownership). There are no transactions, so the last
 stable offset is the
