@@ -5,6 +5,7 @@ stays usable."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from kafka.protocol.admin import (
     UpdateFeaturesRequest,
 )
 
+from broker.config import BrokerConfig
+from broker.handlers.log_dirs import log_dir_name
 from broker.server import Broker
 from protocol.errors import ErrorCode
 from tests.fixtures.inprocess import local_config
@@ -115,3 +118,13 @@ async def test_update_features_per_feature_before_v2(client: WireClient) -> None
     ]
     v2 = await client.call(req, 2)
     assert v2.error_code == ErrorCode.INVALID_UPDATE_VERSION and "no.such" in v2.error_message
+
+
+def test_log_dir_name_carries_no_credentials() -> None:
+    s3 = "s3://bucket/pre/fix?endpoint=http://h:8333&access_key=AK&secret_key=SECRET"
+    cfg = replace(BrokerConfig(), store_url=s3, namespace="ns")
+    assert log_dir_name(cfg) == "s3://bucket/pre/fix/ns"
+    cfg = replace(BrokerConfig(), store_url="s3://user:pw@bucket:9000/p", namespace="ns")
+    assert log_dir_name(cfg) == "s3://bucket:9000/p/ns"
+    cfg = replace(BrokerConfig(), store_url="file:///var/lib/kafscale/", namespace="default")
+    assert log_dir_name(cfg) == "file:///var/lib/kafscale/default"
