@@ -28,8 +28,16 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic as KNewTopic
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+from kafka.protocol.producer import ProduceResponse
 from kafka.structs import TopicPartitionReplica as TPR
 
+from protocol.records import build_batch
 from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.integration import kafka_raw as kr
 
@@ -309,3 +317,42 @@ def test_describe_metadata_quorum(pair: Pair) -> None:
     assert part["high_watermark"] > 0
     (node,) = quorum["nodes"]
     assert node["node_id"] == 0 and node["listeners"][0]["port"] == pair.brokers[0].port
+
+
+def test_a_quota_set_on_one_broker_is_enforced_by_the_other(pair: Pair) -> None:
+    """Quotas live in the metadata store (etcd here): set through broker 0, broker 1 sees
+    the same record and throttles the client's produce (its 1 MB over a 1000 B/s quota)."""
+    e = AlterClientQuotasRequest.EntryData
+    alter = AlterClientQuotasRequest(
+        entries=[
+            e(
+                entity=[e.EntityData(entity_type="client-id", entity_name="k4-slow")],
+                ops=[e.OpData(key="producer_byte_rate", value=1000.0, remove=False)],
+            )
+        ],
+        validate_only=False,
+    )
+    with kr.RawConn(pair.brokers[0].port) as c:
+        assert c.call(alter, AlterClientQuotasResponse, 1).entries[0].error_code == 0
+    comp = DescribeClientQuotasRequest.ComponentData
+    describe = DescribeClientQuotasRequest(
+        components=[comp(entity_type="client-id", match_type=0, match="k4-slow")], strict=True
+    )
+    deadline = time.monotonic() + WAIT
+    while True:  # broker 1 learns it through its watch of the metadata store
+        with kr.RawConn(pair.brokers[1].port) as c:
+            got = c.call(describe, DescribeClientQuotasResponse, 1).entries
+        if got:
+            break
+        assert time.monotonic() < deadline, "broker 1 never saw the quota"
+        time.sleep(0.05)
+    assert [(v.key, v.value) for v in got[0].values] == [("producer_byte_rate", 1000.0)]
+    pair.create("qt", 1)
+    batch = build_batch([(b"k", bytes(range(256)) * 1024, None)] * 4)  # ~1 MB
+    with kr.RawConn(pair.brokers[1].port) as c:
+        c.send(kr.request_bytes(kr.produce_request("qt", 0, batch), 8, 7, "k4-slow"))
+        frame = c.recv_frame()
+    assert frame is not None
+    resp = ProduceResponse.decode(frame, version=8, header=True)
+    # 1 MB against 1000 B/s over Kafka's 10 s minimum window: ~100 s of delay
+    assert resp.throttle_time_ms > 60_000
