@@ -52,6 +52,10 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 EVICTION_MS = 120_000
 DEFAULT_MAX_SESSIONS = 1000
+# partitions one session may hold: sessions are kept in memory, and a client could
+# otherwise grow one without bound by naming made-up partitions (Kafka has no such cap;
+# a larger fetch is served, sessionless)
+MAX_SESSION_PARTITIONS = 100_000
 
 _MISSING = object()
 TopicKey = str | uuid.UUID  # topic name (v7-12) or topic id (v13+)
@@ -125,7 +129,7 @@ class FetchSessionCache:
 
     def create(self, partitions: dict[PartKey, CachedPartition], uses_ids: bool) -> int:
         """A new session holding ``partitions``; its id, or 0 when there is no room."""
-        if self.max_sessions <= 0:
+        if self.max_sessions <= 0 or len(partitions) > MAX_SESSION_PARTITIONS:
             return INVALID_SESSION_ID
         now = self.now_ms()
         if len(self.sessions) >= self.max_sessions and not self._try_evict(len(partitions), now):
@@ -249,7 +253,9 @@ class FetchContext:
             topic = _key(t, self._uses_ids)
             for p in t.partitions:
                 parts.pop((topic, p), None)
-        if not parts:  # nothing left: the session ends, the fetch is sessionless
+        if not parts or len(parts) > MAX_SESSION_PARTITIONS:
+            # nothing left, or more than a session may hold: the session ends and this
+            # fetch is sessionless (session id 0 tells the client to start over)
             self._cache.remove(session.id)
             return
         self._cache.touch(session, self._cache.now_ms())

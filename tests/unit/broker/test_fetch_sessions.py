@@ -14,7 +14,12 @@ import pytest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import ProduceRequest
 
-from broker.fetch_sessions import EVICTION_MS, CachedPartition, FetchSessionCache
+from broker.fetch_sessions import (
+    EVICTION_MS,
+    MAX_SESSION_PARTITIONS,
+    CachedPartition,
+    FetchSessionCache,
+)
 from broker.server import Broker
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
@@ -60,6 +65,8 @@ def test_cache_is_bounded_and_evicts_as_kafka_does() -> None:
     d = cache.create(_parts(1), uses_ids=False)
     assert d and set(cache.sessions) == {c, d}
     assert FetchSessionCache(max_sessions=0).create(_parts(1), uses_ids=False) == 0
+    too_big = _parts(MAX_SESSION_PARTITIONS + 1)
+    assert FetchSessionCache().create(too_big, uses_ids=False) == 0
 
 
 @pytest.fixture
