@@ -75,6 +75,12 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
     ),
     ("cache-bytes", "cache_bytes", int, "segment cache size in bytes"),
     (
+        "max-fetch-sessions",
+        "max_fetch_sessions",
+        int,
+        "incremental fetch sessions (KIP-227) kept per broker (default 1000; 0 = none)",
+    ),
+    (
         "merge-interval-ms",
         "merge_interval_ms",
         int,

@@ -329,6 +329,12 @@ class Cluster:
     def owns_partition(self, topic: str, partition: int) -> bool:
         return self.partition_owner(topic, partition).node_id == self.me.node_id
 
+    def holder(self, topic: str, partition: int) -> int | None:
+        """The broker whose owner key holds the partition now, or None when nobody does
+        (``partition_owner`` is who should hold it)."""
+        owner = self._owners.get((topic, partition))
+        return owner[0] if owner else None
+
     def group_coordinator(self, group_id: str) -> BrokerInfo:
         return rendezvous(f"g\x00{group_id}", self.brokers()) or self.me
 

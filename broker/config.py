@@ -43,6 +43,7 @@ class BrokerConfig:
     broker_inflight_bytes: int = 512 * 1024 * 1024
     # read path (docs/architecture.md)
     cache_bytes: int = 256 * 1024 * 1024
+    max_fetch_sessions: int = 1000  # KIP-227 session cache slots (broker/fetch_sessions.py)
     index_interval: int = 100
     # log maintenance on the partition owner (broker/maintenance.py, docs/format.md)
     merge_interval_ms: int = 1000  # 0: never merge small segments

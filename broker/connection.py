@@ -121,6 +121,10 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         self._busy = False  # a request is being handled
         self._draining = False  # the peer hung up: finish the requests it already sent
         self._tasks: list[asyncio.Task[None]] = []
+        self._mute_after: dict[int, int] = {}  # correlation id -> quota throttle ms
+        self._muted: asyncio.TimerHandle | None = None
+        self._unmuted = asyncio.Event()
+        self._unmuted.set()
 
     # -- transport callbacks ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -276,7 +280,25 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         self._apply_reading()
 
     def _reading_stopped(self) -> bool:
-        return self._paused or bool(self.waiting_for_memory)
+        return self._paused or bool(self.waiting_for_memory) or self._muted is not None
+
+    def _mute(self, ms: int) -> None:
+        """Neither read nor handle requests for ``ms`` (a client over its quota,
+        KIP-219): requests it pipelined wait, as on a Kafka broker's muted channel."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + ms / 1000
+        if self._muted is not None:
+            if self._muted.when() >= until:
+                return
+            self._muted.cancel()
+        self._muted = loop.call_at(until, self._unmute)
+        self._unmuted.clear()
+        self._apply_reading()
+
+    def _unmute(self) -> None:
+        self._muted = None
+        self._unmuted.set()
+        self._apply_reading()
 
     def _apply_reading(self) -> None:
         """Pause the transport while in-flight bytes or the frame budget say so."""
@@ -316,6 +338,9 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             if not self._frames:
                 self._frames_ready.clear()
                 await self._frames_ready.wait()
+                continue
+            if not self._unmuted.is_set() and not self._draining:
+                await self._unmuted.wait()  # throttled by a quota
                 continue
             frame = self._frames.popleft()
             self._busy = True
@@ -376,10 +401,15 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         except Exception as exc:  # a handler bug: answer, keep the connection
             handler_failed(hdr.api_key, hdr.api_version, exc)
             return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
+        if ctx.throttle_ms > 0:  # muted now, until throttle_ms after the response is sent
+            self._mute_after[hdr.correlation_id] = ctx.throttle_ms
+            self._mute(ctx.throttle_ms)
         if inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
         elif result is None:
             self._answered(size)
+            if self._mute_after.pop(hdr.correlation_id, 0) > 0:  # acks=0: no response
+                self._mute(ctx.throttle_ms)
             return None
         return hdr, result, size
 
@@ -427,6 +457,10 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                     self.close()
                     return
             self._answered(size)
+            if self._mute_after:  # a quota throttle: mute from the response on (KIP-219)
+                mute = self._mute_after.pop(hdr.correlation_id, 0)
+                if mute > 0:
+                    self._mute(mute)
             if bufs:
                 self._send(bufs)
                 if self.session.failed:  # authentication failed: answered, now close

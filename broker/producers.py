@@ -104,3 +104,11 @@ class ProducerState:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+    def describe(self) -> list[tuple[int, int, int]]:
+        """(producer id, epoch, last sequence) of every producer tracked, for
+        DescribeProducers."""
+        return [
+            (pid, e.epoch, e.batches[-1].last_seq if e.batches else -1)
+            for pid, e in self._producers.items()
+        ]

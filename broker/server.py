@@ -15,11 +15,13 @@ from broker.admission import Admission
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
+from broker.fetch_sessions import FetchSessionCache
 from broker.group_store import MetaGroupStore
 from broker.handlers.routes import build_routes
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
+from broker.quotas import QuotaStore
 from broker.security.config import Listener
 from broker.security.manager import SecurityManager
 from broker.topics import TopicManager
@@ -93,6 +95,8 @@ class Broker:
         )
         self.logs: LogManager = LogManager(config, self.meta, self.store, self.cluster, self.topics)
         self.producer_ids = ProducerIds(self.meta)
+        self.quotas = QuotaStore(self.meta)  # client quotas (issue 12)
+        self.fetch_sessions = FetchSessionCache(config.max_fetch_sessions)  # KIP-227
         self.groups: GroupCoordinator | None = None
         self.cluster_id = config.cluster_id
         self.connections: set[Connection] = set()
@@ -121,6 +125,7 @@ class Broker:
         self.cluster_id = await self._cluster_id()
         await self.cluster.start()
         await self.topics.start()
+        await self.quotas.start()
         await self.logs.start()
         self.groups = await self._start_groups()
         await self.security.start()
@@ -190,6 +195,7 @@ class Broker:
                 await self.groups.stop()
         await self.security.stop()
         await self.logs.stop()
+        await self.quotas.stop()
         await self.topics.stop()
         await self.cluster.stop()
         await self.meta.close()

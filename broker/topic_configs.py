@@ -125,6 +125,25 @@ def _throttled(value: str) -> str:
     return ",".join(items)
 
 
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+_NO_TIERING = "Informational (no tiered storage)."
+
+
+def _message_format_version(value: str) -> str:
+    v = value.strip()
+    if not _VERSION.match(v):
+        raise ValueError("must be a Kafka version such as 2.8 or 3.0-IV1")
+    return v
+
+
+def _remote_storage(value: str) -> str:
+    if _boolean(value) != "false":
+        raise ValueError(
+            "tiered storage is not implemented: every segment already lives in the object store"
+        )
+    return "false"
+
+
 def split_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
@@ -205,6 +224,24 @@ _SPECS = [
           "unclean.leader.election.enable"),
     _spec("leader.replication.throttled.replicas", _T.LIST, "", _throttled, _NO_REPLICAS),
     _spec("follower.replication.throttled.replicas", _T.LIST, "", _throttled, _NO_REPLICAS),
+    # Kafka 3.x/4.x configs that mean nothing here, accepted and reported (issue 12)
+    _spec("message.format.version", _T.STRING, "3.0-IV1", _message_format_version,
+          "Ignored, as Kafka 3.0+ ignores it: batches are always stored as v2.",
+          "log.message.format.version"),
+    _spec("message.downconversion.enable", _T.BOOLEAN, "true", _boolean,
+          "Informational: Fetch v0-3 is not served, so nothing is ever down-converted.",
+          "log.message.downconversion.enable"),
+    _spec("local.retention.ms", _T.LONG, "-2", _number(-2, _LONG_MAX),
+          "Informational (no tiered storage: every segment is in the object store).",
+          "log.local.retention.ms"),
+    _spec("local.retention.bytes", _T.LONG, "-2", _number(-2, _LONG_MAX),
+          "Informational (no tiered storage: every segment is in the object store).",
+          "log.local.retention.bytes"),
+    _spec("remote.storage.enable", _T.BOOLEAN, "false", _remote_storage,
+          "Only false: tiered storage is not implemented (segments are already in the "
+          "object store)."),
+    _spec("remote.log.copy.disable", _T.BOOLEAN, "false", _boolean, _NO_TIERING),
+    _spec("remote.log.delete.on.disable", _T.BOOLEAN, "false", _boolean, _NO_TIERING),
 ]  # fmt: skip
 TOPIC_CONFIGS: dict[str, ConfigSpec] = {s.name: s for s in _SPECS}
 

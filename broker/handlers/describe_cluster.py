@@ -1,11 +1,13 @@
-"""DescribeCluster (key 60), versions 0-1.
+"""DescribeCluster (key 60), versions 0-2.
 
 Lists the live brokers (their registrations in the metadata store), the cluster id and
 the controller id (the lowest live node id: there is no controller, every broker can
 serve every metadata operation). v1 endpoint type 1 (brokers) only; asking for
 controllers (2) gets MISMATCHED_ENDPOINT_TYPE. Needs DESCRIBE on the cluster; the
 cluster's authorized operations are computed when requested. Brokers are given by the
-addresses of the client's listener.
+addresses of the client's listener. v2's ``include_fenced_brokers`` changes nothing:
+only live (unfenced) brokers are registered, and each is reported with ``is_fenced``
+false.
 """
 
 from __future__ import annotations

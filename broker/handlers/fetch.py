@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-16.
+"""Fetch (key 1), versions 4-17 (v17 only adds a follower field, ignored here).
 
 The high watermark is the committed log end. Whole batches are returned: a fetch offset
 inside a batch returns the batch that contains it, and at least one batch even above the
@@ -13,8 +13,8 @@ A partition whose data cannot be read (an object missing from the store, the sto
 metadata store unreachable) answers KAFKA_STORAGE_ERROR (retriable) alone; the other
 partitions of the request are served.
 
-Deviations: fetch sessions (v7+) are not kept: the response's session id is 0, which
-tells clients to keep sending full fetch requests (KIP-227's sessionless mode). The
+Fetch sessions (v7+, KIP-227) and client fetch quotas: ``broker/fetch_sessions.py``
+decides which partitions a request reads and which the response carries. Deviations: the
 client's current leader epoch is not checked (owners change only through the metadata
 store's fencing, docs/architecture.md, ownership). There are no transactions, so the last
 stable offset is the
@@ -29,7 +29,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from broker.handlers.registry import Encoded, RequestContext
+from broker.fetch_sessions import FetchContext
+from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
 from broker.security.authz import Operation, ResourceType, allowed
@@ -38,7 +39,6 @@ from protocol.fetch_fast import (
     FetchPartitionData,
     FetchResponseData,
     FetchTopicData,
-    encode_fetch_response,
 )
 from segments.store import StoreError
 
@@ -146,7 +146,10 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     committed = getattr(request, "isolation_level", 0) == 1
-    plan = await _resolve(ctx, request, version)
+    session = FetchContext(ctx, request, version)  # KIP-227 sessions, quotas
+    if session.early is not None:
+        return session.early
+    plan = await _resolve(ctx, session.request, version)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, request.max_wait_ms) / 1000
     while True:
@@ -154,10 +157,11 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         remaining = deadline - loop.time()
         errors = any(w.error != ErrorCode.NONE for _, _, ws in plan for w in ws)
         if request.min_bytes <= 0 or total >= max(1, request.min_bytes) or remaining <= 0 or errors:
-            return Encoded(encode_fetch_response(version, resp))
+            return session.respond(resp)
         logs = [w.log for _, _, ws in plan for w in ws if w.log is not None]
+        logs += session.idle_logs()  # a session's unchanged partitions, not read
         if not logs:
-            return Encoded(encode_fetch_response(version, resp))
+            return session.respond(resp)
         waiter: asyncio.Future[None] = loop.create_future()
         for lg in logs:
             lg.waiters.append(waiter)
@@ -169,3 +173,5 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             for lg in logs:
                 if waiter in lg.waiters:
                     lg.waiters.remove(waiter)
+        if session.refresh():  # an unchanged partition of the session changed: read it too
+            plan = await _resolve(ctx, session.request, version)

@@ -1,8 +1,10 @@
-"""ListOffsets (key 2), versions 0-8.
+"""ListOffsets (key 2), versions 0-10.
 
 Earliest (-2) is the first offset still in the manifest, latest (-1) the committed log
 end (high watermark), max timestamp (-3, v7+) the record with the largest timestamp,
-earliest-local (-4) the same as earliest (every segment is "local": it is in the store).
+earliest-local (-4) the same as earliest (every segment is "local": it is in the store),
+latest-tiered (-5, v9+) offset -1 as Kafka answers for a topic without tiered storage.
+v10's ``timeout_ms`` is accepted and unused (no remote reads).
 A timestamp T finds the first segment whose manifest ``max_ts`` reaches T, then the
 first batch whose max timestamp does, then the first record at or after T in it.
 v0 answers with ``old_style_offsets`` (at most one offset). Read-committed isolation
@@ -28,7 +30,7 @@ from segments.store import StoreError
 _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Part = _Topic.ListOffsetsPartitionResponse
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
 async def _by_timestamp(logs: LogManager, lg: PartitionLog, ts: int) -> tuple[int, int]:
@@ -69,6 +71,8 @@ async def _lookup(ctx: RequestContext, lg: PartitionLog, ts: int) -> tuple[int, 
         return lg.log_start, -1
     if ts == MAX_TIMESTAMP:
         return await _max_timestamp(ctx.broker.logs, lg)
+    if ts == LATEST_TIERED:
+        return -1, -1
     if ts < 0:
         raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, f"unknown timestamp {ts}")
     return await _by_timestamp(ctx.broker.logs, lg, ts)

@@ -1,4 +1,4 @@
-"""Metadata (key 3), versions 0-12.
+"""Metadata (key 3), versions 0-13 (v13's top-level error code is always 0).
 
 Leaders are the partitions' owners by rendezvous hashing over the live brokers
 (docs/architecture.md, ownership), so every broker gives the same answer; the leader

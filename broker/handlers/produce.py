@@ -16,6 +16,9 @@ copy). Transactions are not supported: transactional batches get INVALID_RECORD,
 request with a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED. The request
 timeout bounds the wait for the commit; past it the partition answers
 REQUEST_TIMED_OUT (the commit may still land; idempotent retries are deduplicated).
+Client quotas (``broker/quotas.py``): the request's record bytes count against the
+client's produce byte rate; over it, ``throttle_time_ms`` says how long the client must
+wait and the connection mutes that long after the response.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from broker import quotas
 from broker.handlers.registry import Encoded, RequestContext, handler_failed
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
@@ -215,9 +219,11 @@ async def produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
             info, err = await _topic(ctx, t.name)
             outs = [await _partition(ctx, t.name, info, err, p) for p in t.partitions]
             results.append((t.name, outs))
+    nbytes = sum(p.records.nbytes for t in request.topics for p in t.partitions if p.records)
+    throttle_ms = quotas.throttle(ctx, quotas.PRODUCE, nbytes)  # client quotas (issue 12)
     if request.acks == 0:
         return _silently(results)
-    return _respond(version, results, request.timeout_ms)
+    return _respond(version, results, request.timeout_ms, throttle_ms)
 
 
 async def _silently(results: list[tuple[str, list[_Outcome]]]) -> None:
@@ -229,7 +235,9 @@ async def _silently(results: list[tuple[str, list[_Outcome]]]) -> None:
     return None
 
 
-async def _respond(version: int, results: list[tuple[str, list[_Outcome]]], timeout_ms: int) -> Any:
+async def _respond(
+    version: int, results: list[tuple[str, list[_Outcome]]], timeout_ms: int, throttle_ms: int = 0
+) -> Any:
     waits = [w for _, outs in results for o in outs for w in (o.waits or ())]
     if waits:
         await asyncio.wait(waits, timeout=max(timeout_ms, 1000) / 1000)
@@ -253,7 +261,7 @@ async def _respond(version: int, results: list[tuple[str, list[_Outcome]]], time
                 )
             )
         topics.append(ProduceTopicResult(name, parts))
-    return Encoded(encode_produce_response(version, topics))
+    return Encoded(encode_produce_response(version, topics, throttle_ms))
 
 
 def _wait_result(waits: list[asyncio.Future[None]]) -> ErrorCode:

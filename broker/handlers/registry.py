@@ -26,7 +26,9 @@ from protocol.frame import RequestHeader
 if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.config import BrokerConfig
+    from broker.fetch_sessions import FetchSessionCache
     from broker.logs import LogManager
+    from broker.quotas import QuotaStore
     from broker.security.sasl import Session
     from broker.topics import TopicManager
     from groupcoord import GroupCoordinator
@@ -61,6 +63,10 @@ class BrokerContext(Protocol):
     def routes(self) -> Routes: ...
     @property
     def cluster_id(self) -> str: ...
+    @property
+    def quotas(self) -> QuotaStore: ...
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
 
 
 @dataclass(slots=True)
@@ -69,6 +75,9 @@ class RequestContext:
     header: RequestHeader
     peer: str = ""  # "host:port" of the client
     session: Session | None = None  # listener + principal (broker.security.sasl)
+    # set by a handler whose client went over its quota (broker/quotas.py): the
+    # connection stops reading this long once the response is sent (KIP-219)
+    throttle_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

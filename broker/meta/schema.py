@@ -15,6 +15,7 @@ build and parse metadata keys and values here and nowhere else.
     /producers/next-id                     -> next free producer id (decimal)
     /security/scram/{user, quoted}/{mech}  -> broker.security.scram.ScramCredential JSON
     /security/acls/{sha256 of the binding} -> broker.security.acl.AclBinding JSON
+    /quotas/{type=name/...}                -> QuotaRecord (client quotas, issue 12)
 """
 
 from __future__ import annotations
@@ -270,3 +271,41 @@ def acl_key(binding_json: bytes) -> str:
     import hashlib
 
     return ACLS_PREFIX + hashlib.sha256(binding_json).hexdigest()
+
+
+# ---------------------------------------------------------------------------- client quotas
+
+QUOTAS_PREFIX = "/quotas/"
+QUOTA_DEFAULT_NAME = "<default>"  # quote() never produces "<", so no name can collide
+
+QuotaEntity = tuple[tuple[str, str | None], ...]  # sorted (entity type, name; None = default)
+
+
+def quota_key(entity: QuotaEntity) -> str:
+    """``/quotas/client-id=a/user=%3Cdefault%3E``-like: one key per entity, its parts
+    sorted by type, names quoted, the default entity ``<default>``."""
+    parts = (
+        f"{quote(t, safe='')}={QUOTA_DEFAULT_NAME if n is None else quote(n, safe='')}"
+        for t, n in sorted(entity, key=lambda part: part[0])
+    )
+    return QUOTAS_PREFIX + "/".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRecord:
+    """The quotas set for one entity: quota key (``producer_byte_rate``...) -> value."""
+
+    entity: QuotaEntity
+    quotas: Mapping[str, float]
+
+    def to_json(self) -> bytes:
+        doc = {"entity": [[t, n] for t, n in self.entity], "quotas": dict(self.quotas)}
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes) -> QuotaRecord:
+        d = json.loads(value)
+        parts = ((str(t), None if n is None else str(n)) for t, n in d["entity"])
+        entity = tuple(sorted(parts, key=lambda part: part[0]))
+        quotas = {str(k): float(v) for k, v in d["quotas"].items()}
+        return cls(entity, MappingProxyType(quotas))

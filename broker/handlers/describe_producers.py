@@ -1,0 +1,63 @@
+"""DescribeProducers (key 61), version 0.
+
+The idempotent producers a partition's owner tracks (``broker/producers.py``): producer
+id, epoch and last sequence, from the batches appended since the partition was taken and
+the newest segments' batch headers read when it was. A partition this broker does not
+own answers NOT_LEADER_OR_FOLLOWER (the client asks the leader Metadata names), an
+unknown one UNKNOWN_TOPIC_OR_PARTITION.
+
+Deviations: the last timestamp is not tracked (-1); there are no transactions yet, so the
+coordinator epoch is -1 and the current transaction start offset -1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeProducersResponse
+
+from broker.handlers.registry import RequestContext
+from protocol.errors import ErrorCode, KafkaProtocolError
+
+_Topic = DescribeProducersResponse.TopicResponse
+_Part = _Topic.PartitionResponse
+_State = _Part.ProducerState
+
+
+async def _partition(ctx: RequestContext, topic: str, p: int) -> Any:
+    info = ctx.broker.topics.get(topic)
+    if info is None or not 0 <= p < info.partitions:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return _Part(partition_index=p, error_code=int(code), active_producers=[])
+    try:
+        lg = await ctx.broker.logs.get(topic, p)
+    except KafkaProtocolError as exc:
+        return _Part(
+            partition_index=p,
+            error_code=int(exc.code),
+            error_message=exc.message or None,
+            active_producers=[],
+        )
+    states = [
+        _State(
+            producer_id=pid,
+            producer_epoch=epoch,
+            last_sequence=last_seq,
+            last_timestamp=-1,
+            coordinator_epoch=-1,
+            current_txn_start_offset=-1,
+        )
+        for pid, epoch, last_seq in sorted(lg.producers.describe())
+    ]
+    return _Part(partition_index=p, error_code=0, error_message=None, active_producers=states)
+
+
+async def describe_producers(ctx: RequestContext, request: Any) -> Any:
+    topics = [
+        _Topic(
+            name=t.name,
+            partitions=[await _partition(ctx, t.name, p) for p in t.partition_indexes],
+        )
+        for t in request.topics
+    ]
+    return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
