@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from tests.fixtures.broker import start_broker
 from tests.fixtures.etcd import etcd_url  # noqa: F401 - fixture
 from tests.fixtures.s3 import seaweedfs_s3  # noqa: F401 - fixture
 from tests.integration.conftest import BACKENDS, backend_kwargs
@@ -60,6 +61,16 @@ def read_partition(bootstrap: str, topic: str) -> list[Row]:
     finally:
         c.close()
     return out
+
+
+def set_policy(bootstrap: str, topic: str, policy: str) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource("topic", topic, incremental_configs=[entry])
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(timeout=TIMEOUT)
 
 
 class Deliveries:
@@ -139,3 +150,54 @@ def test_keyed_updates_compact_to_the_last_value_per_key(
         assert read_partition(broker.bootstrap, topic) == live
     finally:
         broker.stop()
+
+
+def test_kill9_mid_pass_loses_nothing_and_the_next_owner_resumes(tmp_path: Any) -> None:
+    """The owner is frozen at ``compaction.before_commit`` (its outputs uploaded, the swap
+    not committed) and killed; a new broker on the same store and metadata takes over:
+    every acknowledged record is still there exactly once, then it compacts."""
+    from tests.integration.zombie_cluster import stopped
+
+    be = Backend(tmp_path, {})
+    frozen = start_broker(
+        tmp_path, extra_args=FAST, env={"KAFSCALE_FAULT_PAUSE": "compaction.before_commit"}
+    )
+    topic = f"cmp-kill-{uuid.uuid4().hex[:8]}"
+    try:
+        create_topic(frozen.bootstrap, topic, {"cleanup.policy": "delete"})
+        dr = Deliveries()
+        p = Producer({"bootstrap.servers": frozen.bootstrap, "acks": "all", "linger.ms": 5})
+        for r in range(3):
+            for k in range(200):
+                p.produce(topic, key=b"k%d" % k, value=b"v%d-%d" % (r, k), on_delivery=dr)
+            assert p.flush(TIMEOUT) == 0
+        assert dr.errors == [] and len(dr.rows) == 600
+        set_policy(frozen.bootstrap, topic, "compact")  # takes effect on the live topic
+        wait_for("the owner frozen mid-pass", lambda: stopped(frozen.pid), TIMEOUT)
+        assert "fault checkpoint compaction.before_commit" in frozen.log_text()
+        before = be.manifest(topic)
+        assert not any(e.get("cleaned") for e in before)  # nothing swapped in yet
+    finally:
+        frozen.kill9()
+    nxt = start_broker(tmp_path, extra_args=FAST)
+    try:
+        last: dict[bytes | None, Row] = {}
+        for row in dr.rows:
+            last[row[1]] = row
+        want = sorted(last.values())
+        # whether or not the new owner compacted yet: offsets unique and ascending, only
+        # acknowledged records, and the last one of every key is there
+        rows = read_partition(nxt.bootstrap, topic)
+        offsets = [o for o, _k, _v in rows]
+        assert offsets == sorted(set(offsets))
+        assert set(rows) <= set(dr.rows) and set(want) <= set(rows)
+        wait_for(
+            "the next owner compacts",
+            lambda: read_partition(nxt.bootstrap, topic) == want,
+        )
+        assert any(e.get("cleaned") for e in be.manifest(topic))
+        # every manifest entry names an object that exists
+        names = be.objects(topic)
+        assert all(e["key"] in names for e in be.manifest(topic))
+    finally:
+        nxt.stop()

@@ -423,3 +423,37 @@ async def test_producer_state_delete_records_and_list_offsets_after_compaction(
         assert lg.log_start == 5
     finally:
         await b.stop()
+
+
+async def test_metrics_after_a_pass(node: Broker) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from broker.metrics import broker_registry, exposition
+
+    logs = node.logs
+    for v in range(3):
+        await append(logs, [(b"k", b"v%d" % v, [])])
+    lg = await logs.get(TOPIC, 0)
+    assert logs.maintenance is not None
+    comp = logs.maintenance.compactor
+    assert await comp.maybe_compact(lg)
+    await append(logs, [(b"k", b"v3", [])])
+    assert not await comp.maybe_compact(lg, now_ms=0)  # nothing cleanable at time 0
+    body, _ = exposition(broker_registry(node), None)
+    samples = {
+        (s.name, s.labels.get("topic")): s.value
+        for fam in text_string_to_metric_families(body.decode())
+        for s in fam.samples
+    }
+    assert samples[("kafscale_compaction_passes_total", None)] == 1
+    assert samples[("kafscale_compaction_records_removed_total", None)] == 2
+    assert samples[("kafscale_compaction_bytes_read_total", None)] > 0
+    assert samples[("kafscale_compaction_bytes_written_total", None)] > 0
+    assert samples[("kafscale_compaction_segments_replaced_total", None)] == 3
+    assert samples[("kafscale_compaction_dirty_ratio", TOPIC)] == 0.0  # nothing cleanable
+    assert samples[("kafscale_compaction_oldest_cleanable_age_seconds", TOPIC)] == 0
+    assert await comp.maybe_compact(lg)  # the new segment is dirty: ratio > 0, then cleaned
+    body, _ = exposition(broker_registry(node), None)
+    assert b"kafscale_compaction_passes_total 2.0" in body
+    ratio = comp.gauges[(TOPIC, 0)][0]  # seen before the pass: one dirty segment of two
+    assert 0 < ratio < 1
