@@ -48,7 +48,7 @@ from broker.compaction_policy import (
 from broker.meta.base import Delete, Put
 from broker.meta.schema import seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
-from protocol.compaction import split_records
+from protocol.compaction import record_columns
 from segments.format import build_segment, index_key_for, iter_segment_batches, partition_prefix
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def _segment_keys(data: bytes) -> list[tuple[bytes, int]]:
     for _pos, hdr, view in iter_segment_batches(data):
         if hdr.is_control or hdr.record_count == 0:
             continue
-        for rec in split_records(view)[1]:
+        for rec in record_columns(view):
             if rec.key is not None:
                 out.append((key_digest(rec.key), rec.offset))
     return out

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from broker.meta.schema import SegmentMeta
 from protocol.batch import BatchHeader, read_header
-from protocol.compaction import RawRecord, rebuild_batch, split_records
+from protocol.compaction import RawRecord, rebuild_batch, record_columns, split_records
 from protocol.compression import Compression
 
 # estimated bytes per key-map entry (16-byte digest, int, dict slot): the buffer flag
@@ -306,16 +306,19 @@ def rewrite_batches(
                 out.records_out += hdr.record_count
                 out.max_ts = max(out.max_ts, hdr.max_timestamp)
             continue
-        _, records = split_records(view)
-        kept = [r for r in records if filt.keep(r)]
-        for r in kept:
-            if r.tombstone:
+        records = record_columns(view)
+        verdicts = [filt.keep(r) for r in records]
+        for r, keep in zip(records, verdicts, strict=True):
+            if keep and r.tombstone:
                 out.tombstones.append((r.offset, filt.tombstone_time(r)))
-        out.records_out += len(kept)
-        if len(kept) == len(records) and (codec is None or codec == hdr.compression):
+        n_kept = sum(verdicts)
+        out.records_out += n_kept
+        if n_kept == len(records) and (codec is None or codec == hdr.compression):
             out.batches.append(view)
             out.max_ts = max(out.max_ts, hdr.max_timestamp)
-        elif kept or last_of_producer:
+        elif n_kept or last_of_producer:
+            raws = split_records(view)[1] if n_kept else []
+            kept = [r for r, keep in zip(raws, verdicts, strict=False) if keep]
             batch = rebuild_batch(hdr, kept, hdr.compression if codec is None else codec)
             out.batches.append(batch)
             if kept:

@@ -26,6 +26,7 @@ from protocol.batch import (
 )
 from protocol.compression import compress
 from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.fastrecords import decode_buffers
 from protocol.records import Buf, records_section
 from protocol.validate import BatchRejected
 
@@ -88,13 +89,29 @@ def split_records(batch: Buf) -> tuple[BatchHeader, list[RawRecord]]:
     return hdr, out
 
 
+def record_columns(batch: Buf) -> list[RawRecord]:
+    """The records of one batch without their raw bytes (``raw`` empty), decoded by the
+    native decoder when it is built: what compaction decides on."""
+    if read_count(batch) == 0:
+        return []
+    hdr, section = records_section(batch, False)
+    out: list[RawRecord] = []
+    for rb in decode_buffers([(section, hdr)], strict_utf8=False):
+        for off, ts, key, value in zip(
+            rb.offset_list(), rb.timestamp_list(), rb.key_list(), rb.value_list(), strict=True
+        ):
+            out.append(RawRecord(off, ts, key, value is None, b""))
+    return out
+
+
 def first_keyless(batch: Buf) -> int | None:
     """Index of the first record without a key in ``batch`` (None: every record has one)."""
     if read_count(batch) == 0:
         return None
-    _, records = split_records(batch)
-    for i, rec in enumerate(records):
-        if rec.key is None:
+    hdr, section = records_section(batch, False)
+    (rb,) = decode_buffers([(section, hdr)], strict_utf8=False)  # native when built
+    for i, key in enumerate(rb.key_list()):
+        if key is None:
             return i
     return None
 
