@@ -87,7 +87,8 @@ class _Output:
     def add(self, seg: SegmentMeta, rw: Rewritten) -> None:
         self.max_ts = max(self.max_ts, rw.max_ts)
         self.sources.append(seg)
-        self.batches += rw.batches
+        # copies: a view would keep its whole source segment in memory
+        self.batches += [b if isinstance(b, bytes) else bytes(b) for b in rw.batches]
         self.tombstones += rw.tombstones
         self.records += rw.records_out
         self.size += rw.size

@@ -108,9 +108,9 @@ class Reader:
             out.append(view)
             total += len(view)
             last = _last_offset(view)
-            if last < seg.last:  # the budget ended inside this segment
+            if last < seg.last and not seg.cleaned:  # the budget ended inside this segment
                 break
-            offset = last + 1
+            offset = last + 1  # (a compacted segment may end in a gap: read on to see)
         return out
 
     async def _read_one(

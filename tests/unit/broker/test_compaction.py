@@ -457,3 +457,94 @@ async def test_metrics_after_a_pass(node: Broker) -> None:
     assert b"kafscale_compaction_passes_total 2.0" in body
     ratio = comp.gauges[(TOPIC, 0)][0]  # seen before the pass: one dirty segment of two
     assert 0 < ratio < 1
+
+
+async def test_a_fetch_reads_on_through_gaps_at_segment_ends(node: Broker) -> None:
+    from dataclasses import replace
+
+    logs = node.logs
+    lg = await logs.get(TOPIC, 0)
+    for v in range(4):  # one segment of two batches: (k_v), then (x) superseded later
+        views = [
+            memoryview(bytearray(build_batch([(b"k%d" % v, b"keep", [])]))),
+            memoryview(bytearray(build_batch([(b"x", b"%d" % v, [])]))),
+        ]
+        done = []
+        for view in views:
+            res = lg.append(read_header(view), view)
+            assert res.error == ErrorCode.NONE and res.done is not None
+            done.append(res.done)
+        logs.appended(lg, sum(len(v) for v in views))
+        for d in done:
+            await d
+    assert len(lg.segments) == 4
+    assert logs.maintenance is not None
+    comp = logs.maintenance.compactor
+    comp.config = replace(node.config, merge_max_bytes=1)  # one output per source
+    ccfg = comp.topic_config(lg)
+    assert ccfg is not None and await comp.compact(lg, ccfg)
+    assert len(lg.segments) == 4 and all(s.cleaned for s in lg.segments)
+    for s in lg.segments:
+        await logs.segment_batches(lg, s)  # cached, as recent segments are
+    views = await logs.read(lg, 0, 1 << 20)  # one read returns every remaining batch
+    got = [
+        (r.offset, r.value) for v in views for _h, b in iter_batches(v) for r in decode_batch(b)[1]
+    ]
+    assert got == [(0, b"keep"), (2, b"keep"), (4, b"keep"), (6, b"keep"), (7, b"3")]
+
+
+async def test_partitions_truncate_keeps_a_compacted_segment_compacted(tmp_path: Path) -> None:
+    from broker.meta.base import open_meta
+    from broker.repair import Target, truncate
+    from segments.store import open_store
+
+    cfg = local_config(tmp_path)
+    b = Broker(cfg)
+    await b.start()
+    try:
+        await b.topics.create(TOPIC, 1, configs=COMPACT)
+        for v in range(3):  # offsets 3v..3v+2: a, b, c_v; a and b superseded until v=2
+            await append(
+                b.logs, [(b"a", b"%d" % v, []), (b"b", b"%d" % v, []), (b"c%d" % v, b"c", [])]
+            )
+        lg = await b.logs.get(TOPIC, 0)
+        assert b.logs.maintenance is not None
+        comp = b.logs.maintenance.compactor
+        ccfg = comp.topic_config(lg)
+        assert ccfg is not None and await comp.compact(lg, ccfg)
+        assert [r[0] for r in await read_records(b.logs, lg)] == [2, 5, 6, 7, 8]
+    finally:
+        await b.stop()
+    meta = open_meta("embedded", cfg.data_dir)
+    store = open_store(cfg.store_url)
+    try:  # cut at the start of the last batch (6): the segment keeps its gaps
+        done = await truncate(meta, store, Target("default", TOPIC, 0), 6, execute=True)
+        assert done[-1].endswith("now ends at 6")
+    finally:
+        await store.close()
+        await meta.close()
+    b = Broker(cfg)
+    await b.start()
+    try:
+        lg = await b.logs.get(TOPIC, 0)
+        assert lg.hw == 6 and lg.segments[0].cleaned
+        assert [r[0] for r in await read_records(b.logs, lg)] == [2, 5]
+    finally:
+        await b.stop()
+
+
+async def test_throttle_paces_to_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker import compaction
+
+    asked: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        asked.append(seconds)
+
+    monkeypatch.setattr(compaction.asyncio, "sleep", fake_sleep)
+    t = compaction.Throttle(1000)  # 1 kB/s
+    t.start -= 100  # 100 s have passed
+    await t.consume(500_000)  # 500 s worth: wait about 400 s more
+    assert len(asked) == 1 and 390 < asked[0] <= 400
+    await compaction.Throttle(0).consume(10**9)  # 0: unlimited
+    assert len(asked) == 1
