@@ -94,6 +94,17 @@ class _Output:
         self.size += rw.size
 
 
+@dataclass(slots=True)
+class _Pass:
+    lg: PartitionLog
+    filt: RecordFilter
+    codec: int | None
+    producers: dict[int, int]  # producer id -> base offset of its last batch
+    now_ms: int
+    throttle: Throttle
+    written: list[tuple[list[SegmentMeta], SegmentMeta]] = field(default_factory=list)
+
+
 def _segment_keys(data: bytes) -> list[tuple[bytes, int]]:
     out = []
     for _pos, hdr, view in iter_segment_batches(data):
@@ -153,6 +164,8 @@ class Compactor:
         """One pass (see the module doc); returns whether it committed anything."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         segs = list(lg.segments)
+        if not segs:
+            return False
         state = dirty_state(segs, now_ms, cfg)
         throttle = Throttle(self.config.compaction_max_bytes_per_sec)
         keys = KeyMap(self.config.compaction_buffer_bytes)
@@ -169,34 +182,49 @@ class Compactor:
         ):
             return False
         filt = RecordFilter(keys, now_ms, cfg.delete_retention_ms, log_end=segs[-1].last + 1)
-        producer_last = lg.producers.last_bases()
+        pass_ = _Pass(lg, filt, cfg.codec, lg.producers.last_bases(), now_ms, throttle)
+        try:
+            committed = await self._rewrite(pass_, segs[:end])
+        except Exception:
+            # outputs whose commit was never attempted can never be named: delete them now
+            if pass_.written and self._current(lg):
+                await self.logs.discard(lg, [self.logs.object_key(lg, m) for _, m in pass_.written])
+            raise
+        if committed:
+            self.stats["passes"] += 1
+        return committed
+
+    async def _rewrite(self, p: _Pass, sources: list[SegmentMeta]) -> bool:
+        lg = p.lg
         max_ops = max(2, self.logs.meta.max_txn_ops - 1)
         out = _Output()
-        written: list[tuple[list[SegmentMeta], SegmentMeta]] = []
         committed = False
-        for seg in segs[:end]:  # 2. the rewrite, segment by segment
+        for seg in sources:  # 2. the rewrite, segment by segment
             if not self._current(lg):
                 return committed
-            data = await self._read(lg, seg, throttle)
-            filt.cleaned = seg.cleaned
+            data = await self._read(lg, seg, p.throttle)
+            p.filt.cleaned = seg.cleaned
             batches = ((hdr, view) for _pos, hdr, view in iter_segment_batches(data))
-            rw = await asyncio.to_thread(rewrite_batches, batches, filt, cfg.codec, producer_last)
+            rw = await asyncio.to_thread(rewrite_batches, batches, p.filt, p.codec, p.producers)
             self.stats["records_removed"] += rw.records_in - rw.records_out
             if out.sources and (
                 out.size + rw.size > self.config.merge_max_bytes or len(out.sources) >= max_ops
             ):
-                written.append(await self._write(lg, out, now_ms, throttle))
+                p.written.append(await self._write(lg, out, p.now_ms, p.throttle))
                 out = _Output()
             out.add(seg, rw)
-            if sum(len(s) for s, _ in written) + len(out.sources) > max_ops and written:
-                committed |= await self._commit(lg, written)  # 3. the swap, per chunk
-                written = []
+            if sum(len(s) for s, _ in p.written) + len(out.sources) > max_ops and p.written:
+                # 3. the swap, per chunk, in offset order; a chunk that fails ends the pass:
+                # a tombstone is never removed before the older records of its key
+                chunk, p.written = p.written, []
+                if not await self._commit(lg, chunk):
+                    return committed  # (the open output was not written yet)
+                committed = True
         if out.sources:
-            written.append(await self._write(lg, out, now_ms, throttle))
-        if written:
-            committed |= await self._commit(lg, written)
-        if committed:
-            self.stats["passes"] += 1
+            p.written.append(await self._write(lg, out, p.now_ms, p.throttle))
+        chunk, p.written = p.written, []
+        if chunk and await self._commit(lg, chunk):
+            return True
         return committed
 
     def _current(self, lg: PartitionLog) -> bool:

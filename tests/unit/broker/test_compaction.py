@@ -548,3 +548,42 @@ async def test_throttle_paces_to_the_rate(monkeypatch: pytest.MonkeyPatch) -> No
     assert len(asked) == 1 and 390 < asked[0] <= 400
     await compaction.Throttle(0).consume(10**9)  # 0: unlimited
     assert len(asked) == 1
+
+
+async def test_chunked_swaps_in_offset_order_and_a_failed_chunk_ends_the_pass(
+    node: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    logs = node.logs
+    for v in range(9):  # k is updated in every segment; its tombstone comes last
+        await append(logs, [(b"k", b"%d" % v, []), (b"o%d" % v, b"x", [])])
+    await append(logs, [(b"k", None, []), (b"end", b"x", [])])
+    lg = await logs.get(TOPIC, 0)
+    assert logs.maintenance is not None
+    comp = logs.maintenance.compactor
+    comp.config = replace(node.config, merge_max_bytes=1)  # one output per source
+    monkeypatch.setattr(node.meta, "max_txn_ops", 4)  # chunks of 3 segments
+    real_commit = comp._commit
+    calls: list[int] = []
+
+    async def failing_second(lg_: PartitionLog, chunk: Any) -> bool:
+        calls.append(len(chunk))
+        if len(calls) == 2:
+            await logs.discard(lg_, [logs.object_key(lg_, m) for _, m in chunk])
+            return False  # as when the manifest moved under the pass
+        return bool(await real_commit(lg_, chunk))
+
+    monkeypatch.setattr(comp, "_commit", failing_second)
+    ccfg = comp.topic_config(lg)
+    assert ccfg is not None and await comp.compact(lg, ccfg)
+    assert len(calls) == 2  # nothing after the failed chunk was swapped in
+    assert [bool(s.cleaned) for s in lg.segments] == [True] * 3 + [False] * 7
+    monkeypatch.setattr(comp, "_commit", real_commit)
+    assert await comp.compact(lg, ccfg)
+    got = await read_records(logs, lg)
+    assert got == [(2 * v + 1, b"o%d" % v, b"x") for v in range(9)] + [
+        (18, b"k", None),
+        (19, b"end", b"x"),
+    ]
+    assert all(s.cleaned for s in lg.segments)
