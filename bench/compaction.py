@@ -12,9 +12,12 @@ values over ``--keys`` keys (keyed updates):
   (``kafscale_compaction_passes_total``) is timed. MB/s = segment bytes the pass read
   (``kafscale_compaction_bytes_read_total``: the key map and the rewrite each read the
   log once) / that time, and the log's size before / that time;
-- **produce MB/s and p99 latency**, the same volume of keyed updates to a topic with
-  ``cleanup.policy=delete`` (no compaction) and to one with ``compact`` and
-  ``min.cleanable.dirty.ratio=0.01`` (compaction passes run all along the produce).
+- **produce MB/s and p99 latency**, the same volume of keyed updates at full speed to a
+  topic with ``cleanup.policy=delete`` (no compaction), to one with ``compact`` and a huge
+  ``min.compaction.lag.ms`` (no pass: the cost of refusing keyless records alone), and to
+  one with ``compact`` and ``min.cleanable.dirty.ratio=0.01`` (passes run all along the
+  produce); then a quarter of the volume paced at ``--rate`` msg/s (latency where client
+  queueing does not dominate), without and with passes running.
 
 Prints figures; it is not a test and asserts nothing about speed.
 """
@@ -35,6 +38,8 @@ from typing import Any
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 
 FAST = ["--merge-interval-ms", "200", "--segment-delete-grace-ms", "2000"]
+RUNNING = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+LAGGED = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(10**12)}
 
 
 def _scrape(url: str) -> dict[str, float]:
@@ -75,9 +80,10 @@ def _set_policy(bootstrap: str, topic: str, policy: str) -> None:
 
 
 def produce(
-    bootstrap: str, topic: str, mb: float, keys: int, value_bytes: int
+    bootstrap: str, topic: str, mb: float, keys: int, value_bytes: int, rate: float = 0.0
 ) -> tuple[float, float]:
-    """Keyed updates totalling ``mb`` MB; returns (MB/s, p99 delivery latency ms)."""
+    """Keyed updates totalling ``mb`` MB, at ``rate`` msg/s (0: as fast as possible);
+    returns (MB/s, p99 delivery latency ms)."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
@@ -96,6 +102,10 @@ def produce(
 
     t0 = time.monotonic()
     for i in range(n):
+        if rate > 0:  # pacing (a benchmark, not a test)
+            ahead = t0 + i / rate - time.monotonic()
+            if ahead > 0:
+                p.poll(ahead)
         while True:
             try:
                 p.produce(
@@ -169,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=10_000, help="distinct keys (default 10000)")
     p.add_argument("--value-bytes", type=int, default=1024, help="value size (default 1024)")
     p.add_argument("--targets", default="local,s3", help="local,s3")
+    p.add_argument("--rate", type=float, default=2000.0, help="paced produce msg/s (2000)")
     args = p.parse_args(argv)
     if args.quick:
         args.mb = 64.0
@@ -183,15 +194,21 @@ def main(argv: list[str] | None = None) -> int:
                     f"{c['read_mb_s']:.1f} MB/s read (key map + rewrite)"
                 )
                 print(lines[-1], flush=True)
-                for policy in ("delete", "compact"):
-                    topic = f"prod-{policy}-{uuid.uuid4().hex[:6]}"
-                    configs = {"cleanup.policy": policy, "min.cleanable.dirty.ratio": "0.01"}
+                for label, configs, rate, mb in (
+                    ("delete", {"cleanup.policy": "delete"}, 0.0, args.mb),
+                    ("compact, no pass (keyless check only)", LAGGED, 0.0, args.mb),
+                    ("compact, passes running", RUNNING, 0.0, args.mb),
+                    ("delete", {"cleanup.policy": "delete"}, args.rate, args.mb / 4),
+                    ("compact, passes running", RUNNING, args.rate, args.mb / 4),
+                ):
+                    topic = f"prod-{uuid.uuid4().hex[:6]}"
                     _create(b.bootstrap, topic, configs)
                     passes0 = _scrape(metrics).get("kafscale_compaction_passes_total", 0.0)
-                    mbs, p99 = produce(b.bootstrap, topic, args.mb, args.keys, args.value_bytes)
+                    mbs, p99 = produce(b.bootstrap, topic, mb, args.keys, args.value_bytes, rate)
                     passes = _scrape(metrics).get("kafscale_compaction_passes_total", 0.0) - passes0
+                    pace = f"{rate:.0f} msg/s" if rate else "full speed"
                     lines.append(
-                        f"{name:5} produce, cleanup.policy={policy:7}: {mbs:6.1f} MB/s, "
+                        f"{name:5} produce {pace:>11}, {label:38}: {mbs:6.1f} MB/s, "
                         f"p99 {p99:7.1f} ms ({passes:.0f} compaction passes meanwhile)"
                     )
                     print(lines[-1], flush=True)

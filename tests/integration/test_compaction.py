@@ -17,15 +17,18 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from protocol.records import build_batch
 from tests.fixtures.broker import start_broker
 from tests.fixtures.etcd import etcd_url  # noqa: F401 - fixture
 from tests.fixtures.s3 import seaweedfs_s3  # noqa: F401 - fixture
+from tests.integration import kafka_raw as kr
 from tests.integration.conftest import BACKENDS, backend_kwargs
 from tests.integration.test_retention import Backend, create_topic, wait_for, watermarks
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 60.0
+CORRUPT_MESSAGE, INVALID_RECORD = 2, 87
 KEYS = 1000
 ROUNDS = 5
 FAST = ("--merge-interval-ms", "200", "--segment-delete-grace-ms", "500")
@@ -147,20 +150,34 @@ def test_keyed_updates_compact_to_the_last_value_per_key(
         plain.produce(topic, value=b"no key", on_delivery=bad)
         plain.flush(TIMEOUT)
         assert [e.code() for e in bad.errors] == [KafkaError.INVALID_RECORD]
+        keyless = build_batch([(b"k", b"v", None), (None, b"v", None)])
+        old = kr.produce_raw(broker.port, topic, 0, keyless, version=7)
+        assert old.error_code == CORRUPT_MESSAGE  # INVALID_RECORD came with Produce v8
+        new = kr.produce_raw(broker.port, topic, 0, keyless, version=8)
+        assert new.error_code == INVALID_RECORD and "without key" in (new.error_message or "")
         assert read_partition(broker.bootstrap, topic) == live
+        # a Fetch at an offset compaction removed returns the next batch
+        removed = dr.rows[0][0]
+        fetched = kr.fetch_records(broker.port, topic, 0, removed)
+        assert fetched.error_code == 0 and fetched.records[0][0] == live[0][0] > removed
     finally:
         broker.stop()
 
 
-def test_kill9_mid_pass_loses_nothing_and_the_next_owner_resumes(tmp_path: Any) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kill9_mid_pass_loses_nothing_and_the_next_owner_resumes(
+    request: pytest.FixtureRequest, tmp_path: Any, backend: str
+) -> None:
     """The owner is frozen at ``compaction.before_commit`` (its outputs uploaded, the swap
     not committed) and killed; a new broker on the same store and metadata takes over:
     every acknowledged record is still there exactly once, then it compacts."""
     from tests.integration.zombie_cluster import stopped
 
-    be = Backend(tmp_path, {})
+    be = Backend(tmp_path, backend_kwargs(request, backend))
     frozen = start_broker(
-        tmp_path, extra_args=FAST, env={"KAFSCALE_FAULT_PAUSE": "compaction.before_commit"}
+        tmp_path,
+        **{**be.kwargs, "extra_args": (*be.kwargs.get("extra_args", ()), *FAST)},
+        env={"KAFSCALE_FAULT_PAUSE": "compaction.before_commit"},
     )
     topic = f"cmp-kill-{uuid.uuid4().hex[:8]}"
     try:
@@ -179,7 +196,7 @@ def test_kill9_mid_pass_loses_nothing_and_the_next_owner_resumes(tmp_path: Any) 
         assert not any(e.get("cleaned") for e in before)  # nothing swapped in yet
     finally:
         frozen.kill9()
-    nxt = start_broker(tmp_path, extra_args=FAST)
+    nxt = be.start(*FAST)
     try:
         last: dict[bytes | None, Row] = {}
         for row in dr.rows:
