@@ -587,3 +587,28 @@ async def test_chunked_swaps_in_offset_order_and_a_failed_chunk_ends_the_pass(
         (19, b"end", b"x"),
     ]
     assert all(s.cleaned for s in lg.segments)
+
+
+async def test_rewritten_batches_take_the_topics_compression_type(node: Broker) -> None:
+    logs = node.logs
+    await node.topics.alter_configs(TOPIC, {"compression.type": "zstd"})
+    await append(logs, [(b"a", b"1", []), (b"b", b"1", [])])  # a loses a record
+    await append(logs, [(b"c", b"1", [])])  # kept whole, re-encoded all the same
+    await append(logs, [(b"a", b"2", [])], compression=Compression.GZIP)  # the log's end
+    lg = await logs.get(TOPIC, 0)
+    assert logs.maintenance is not None
+    comp = logs.maintenance.compactor
+    ccfg = comp.topic_config(lg)
+    assert ccfg is not None and ccfg.codec == Compression.ZSTD and await comp.compact(lg, ccfg)
+    data = await logs.segment_batches(lg, lg.segments[0])
+    hdrs = [h for _p, h, _v in iter_segment_batches(data)]
+    assert [(h.base_offset, h.record_count, h.compression) for h in hdrs] == [
+        (0, 1, Compression.ZSTD),
+        (2, 1, Compression.ZSTD),
+        (3, 1, Compression.GZIP),  # the batch holding the log's end stays whole
+    ]
+    assert [r[1:] for r in await read_records(logs, lg)] == [
+        (b"b", b"1"),
+        (b"c", b"1"),
+        (b"a", b"2"),
+    ]
