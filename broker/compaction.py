@@ -42,7 +42,6 @@ from broker.compaction_policy import (
     dirty_state,
     expired_tombstones,
     is_due,
-    key_digest,
     rewrite_batches,
 )
 from broker.meta.base import Delete, Put
@@ -50,6 +49,7 @@ from broker.meta.schema import seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from protocol.compaction import record_columns
 from segments.format import build_segment, index_key_for, iter_segment_batches, partition_prefix
+from segments.store import Buffer
 
 if TYPE_CHECKING:
     from broker.deletion import ObjectDeleter
@@ -105,15 +105,18 @@ class _Pass:
     written: list[tuple[list[SegmentMeta], SegmentMeta]] = field(default_factory=list)
 
 
-def _segment_keys(data: bytes) -> list[tuple[bytes, int]]:
-    out = []
+def _map_segment(data: Buffer, keys: KeyMap, first: bool) -> bool:
+    """Add the keys of one segment to ``keys``, batch by batch; False when the map filled
+    up before the segment's end (the first segment of a pass is always mapped whole, so
+    every pass makes progress). A partly mapped segment is safe: a record is only removed
+    when a later record of its key is in the log."""
     for _pos, hdr, view in iter_segment_batches(data):
         if hdr.is_control or hdr.record_count == 0:
             continue
-        for rec in record_columns(view):
-            if rec.key is not None:
-                out.append((key_digest(rec.key), rec.offset))
-    return out
+        if not first and not keys.room_for(hdr.record_count):
+            return False
+        keys.add(record_columns(view))
+    return True
 
 
 class Compactor:
@@ -172,10 +175,8 @@ class Compactor:
         end = state.clean
         for i in range(state.clean, state.end):  # 1. the key map
             data = await self._read(lg, segs[i], throttle)
-            found = await asyncio.to_thread(_segment_keys, data)
-            if i > state.clean and not keys.room_for(len(found)):
-                break  # the rest waits for the next pass
-            keys.offsets.update(found)
+            if not await asyncio.to_thread(_map_segment, data, keys, i == state.clean):
+                break  # the map is full: the rest waits for the next pass
             end = i + 1
         if end == state.clean and not expired_tombstones(
             segs, state.clean, now_ms, cfg.delete_retention_ms
@@ -230,8 +231,15 @@ class Compactor:
     def _current(self, lg: PartitionLog) -> bool:
         return lg.state == ACTIVE and self.logs.logs.get((lg.topic, lg.partition)) is lg
 
-    async def _read(self, lg: PartitionLog, seg: SegmentMeta, throttle: Throttle) -> bytes:
-        data = await self.logs.segment_batches(lg, seg)
+    async def _read(self, lg: PartitionLog, seg: SegmentMeta, throttle: Throttle) -> Buffer:
+        """A whole segment, from the cache when it is there; never put into the cache (a
+        pass over a large log would evict what tailing consumers read)."""
+        key = self.logs.object_key(lg, seg)
+        cached = self.logs.cache.get(key, seg.etag)
+        if cached is not None:
+            data: Buffer = cached.data
+        else:
+            data = await self.logs.store.get(key, if_match=seg.etag or None)
         self.stats["bytes_read"] += len(data)
         await throttle.consume(len(data))
         return data
