@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from protocol.records import build_batch
-from tests.fixtures.broker import start_broker
+from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.fixtures.etcd import etcd_url  # noqa: F401 - fixture
 from tests.fixtures.s3 import seaweedfs_s3  # noqa: F401 - fixture
 from tests.integration import kafka_raw as kr
@@ -76,6 +77,15 @@ def set_policy(bootstrap: str, topic: str, policy: str) -> None:
         fut.result(timeout=TIMEOUT)
 
 
+def wait(broker: BrokerProcess, what: str, probe: Callable[[], bool]) -> None:
+    """``wait_for`` with the broker's warnings in the message when it times out."""
+    try:
+        wait_for(what, probe, TIMEOUT)
+    except AssertionError as exc:
+        warnings = [ln for ln in broker.log_text().splitlines() if "WARNING" in ln or "ERROR" in ln]
+        raise AssertionError(f"{exc}; broker warnings: {warnings[-20:]}") from None
+
+
 class Deliveries:
     """Delivery reports: the offset of every acknowledged record, and every error."""
 
@@ -120,7 +130,8 @@ def test_keyed_updates_compact_to_the_last_value_per_key(
             assert p.flush(TIMEOUT) == 0
             if 0 < r < ROUNDS - 1:  # the same idempotent producer goes on across passes
                 produced = len(dr.rows)
-                wait_for(
+                wait(
+                    broker,
                     f"a compaction pass after round {r}",
                     lambda n=produced: sum(e["records"] for e in be.manifest(topic)) < n,
                 )
@@ -134,12 +145,13 @@ def test_keyed_updates_compact_to_the_last_value_per_key(
         for row in dr.rows:
             last[row[1]] = row
         want = sorted(last.values())
-        wait_for("one record per key", lambda: read_partition(broker.bootstrap, topic) == want)
+        wait(broker, "one record per key", lambda: read_partition(broker.bootstrap, topic) == want)
         # every compacted entry is a compacted segment named by the manifest
         assert any(e.get("cleaned") for e in be.manifest(topic))
         live = [row for row in want if row[2] is not None]
         assert len(live) == KEYS - KEYS // 10 + 1
-        wait_for(
+        wait(
+            broker,
             "tombstones gone after delete.retention.ms",
             lambda: read_partition(broker.bootstrap, topic) == live,
         )
@@ -208,10 +220,7 @@ def test_kill9_mid_pass_loses_nothing_and_the_next_owner_resumes(
         offsets = [o for o, _k, _v in rows]
         assert offsets == sorted(set(offsets))
         assert set(rows) <= set(dr.rows) and set(want) <= set(rows)
-        wait_for(
-            "the next owner compacts",
-            lambda: read_partition(nxt.bootstrap, topic) == want,
-        )
+        wait(nxt, "the next owner compacts", lambda: read_partition(nxt.bootstrap, topic) == want)
         assert any(e.get("cleaned") for e in be.manifest(topic))
         # every manifest entry names an object that exists
         names = be.objects(topic)
