@@ -86,6 +86,25 @@ def wait(broker: BrokerProcess, what: str, probe: Callable[[], bool]) -> None:
         raise AssertionError(f"{exc}; broker warnings: {warnings[-20:]}") from None
 
 
+def _first_batch(be: Backend, topic: str) -> Any:
+    import asyncio
+
+    from segments.format import iter_segment_batches, partition_prefix
+    from segments.store import open_store
+
+    entry = be.manifest(topic)[0]
+
+    async def read() -> bytes:
+        store = open_store(be.store_url)
+        try:
+            return bytes(await store.get(partition_prefix("default", topic, 0) + entry["key"]))
+        finally:
+            await store.close()
+
+    data = asyncio.run(read())
+    return next(hdr for _pos, hdr, _view in iter_segment_batches(data))
+
+
 class Deliveries:
     """Delivery reports: the offset of every acknowledged record, and every error."""
 
@@ -227,3 +246,43 @@ def test_kill9_mid_pass_loses_nothing_and_the_next_owner_resumes(
         assert all(e["key"] in names for e in be.manifest(topic))
     finally:
         nxt.stop()
+
+
+def test_consumers_read_past_a_producers_empty_last_batch(tmp_path: Any) -> None:
+    """An idempotent producer's last batch, all of it superseded, stays as an empty batch
+    header (its sequence state survives); confluent-kafka and kafka-python consumers read
+    past it to the end without a stall."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    be = Backend(tmp_path, {})
+    broker = be.start(*FAST)
+    topic = f"cmp-empty-{uuid.uuid4().hex[:8]}"
+    try:
+        create_topic(broker.bootstrap, topic, {"cleanup.policy": "compact"})
+        idem = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+        idem.produce(topic, key=b"a", value=b"1")
+        assert idem.flush(TIMEOUT) == 0
+        plain = Producer({"bootstrap.servers": broker.bootstrap})
+        plain.produce(topic, key=b"a", value=b"2")
+        plain.produce(topic, key=b"end", value=b"x")
+        assert plain.flush(TIMEOUT) == 0
+        want: list[Row] = [(1, b"a", b"2"), (2, b"end", b"x")]
+        wait(broker, "confluent reads", lambda: read_partition(broker.bootstrap, topic) == want)
+        hdr = _first_batch(be, topic)  # the producer's last batch, emptied
+        assert (hdr.base_offset, hdr.record_count, hdr.last_offset) == (0, 0, 0)
+        assert hdr.producer_id >= 0 and hdr.base_sequence == 0
+        c = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+        try:
+            c.assign([KTopicPartition(topic, 0)])
+            c.seek_to_beginning()
+            got: list[Row] = []
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < 2 and time.monotonic() < deadline:
+                for recs in c.poll(timeout_ms=500).values():
+                    got += [(r.offset, r.key, r.value) for r in recs]
+            assert got == want
+        finally:
+            c.close()
+    finally:
+        broker.stop()
