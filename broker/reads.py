@@ -99,10 +99,10 @@ class Reader:
                 if attempts > 2 or not await self.check_manifest(lg):
                     raise
                 continue
-            remote_reads += cached is None
-            if len(view) == 0:
+            if len(view) == 0:  # past the last batch (a compacted segment's gap): read on
                 offset = seg.last + 1
                 continue
+            remote_reads += cached is None
             if out and total + len(view) > max_bytes:
                 break
             out.append(view)
