@@ -395,7 +395,7 @@ async def test_rewritten_batches_take_the_topics_compression_type(node: Broker) 
     ]
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     segments=st.lists(
         st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=1, max_size=6),
@@ -404,14 +404,16 @@ async def test_rewritten_batches_take_the_topics_compression_type(node: Broker) 
     ),
     capacity_keys=st.integers(1, 8),
     txn_ops=st.integers(3, 6),
+    output_bytes=st.sampled_from([1, 1 << 20]),
 )
 def test_passes_of_the_compactor_leave_the_last_value_per_key(
     tmp_path_factory: pytest.TempPathFactory,
     segments: list[list[tuple[int, bool]]],
     capacity_keys: int,
     txn_ops: int,
+    output_bytes: int,
 ) -> None:
-    """The real compactor (small key map, one output per source, small transactions), run
+    """The real compactor (small key map, small or large outputs, small transactions), run
     until it has nothing left to do, leaves exactly the last record of every key at its
     offset; with the tombstones' horizon passed, the live ones only."""
     import asyncio
@@ -440,7 +442,9 @@ def test_passes_of_the_compactor_leave_the_last_value_per_key(
             assert b.logs.maintenance is not None
             comp = b.logs.maintenance.compactor
             comp.config = replace(
-                b.config, compaction_buffer_bytes=capacity_keys * KEY_ENTRY_BYTES, merge_max_bytes=1
+                b.config,
+                compaction_buffer_bytes=capacity_keys * KEY_ENTRY_BYTES,
+                merge_max_bytes=output_bytes,
             )
             ccfg = comp.topic_config(lg)
             assert ccfg is not None
