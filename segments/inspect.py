@@ -89,7 +89,8 @@ def print_report(target: str, size: int, report: SegmentReport, out: TextIO) -> 
         w(
             f"header:  magic=KAFS version={h.version} flags=0x{h.flags:04x} "
             f"compression={CODECS.get(h.compression, h.compression)} base_offset={h.base_offset} "
-            f"records={h.record_count} created={_ms(h.created_ms)} ({h.created_ms})\n"
+            f"records={h.record_count} created={_ms(h.created_ms)} ({h.created_ms})"
+            f"{' compacted (offsets have gaps)' if h.compacted else ''}\n"
         )
     if (f := report.footer) is not None:
         state = "ok" if f.body_crc == report.body_crc else f"MISMATCH, body 0x{report.body_crc:08x}"
