@@ -132,6 +132,7 @@ class Compactor:
             "bytes_written": 0,
             "records_removed": 0,
             "segments_replaced": 0,
+            "bytes_compacted": 0,
         }
         # per owned partition: (dirty ratio, age ms of the oldest cleanable dirty record)
         self.gauges: dict[tuple[str, int], tuple[float, int]] = {}
@@ -321,6 +322,7 @@ class Compactor:
         if self._current(lg):
             self.deleter.retire(lg, sources)
         self.stats["segments_replaced"] += len(sources)
+        self.stats["bytes_compacted"] += sum(s.size for s in sources)
         log.debug(
             "compacted %d segments of %s-%d into %d", len(sources), lg.topic, lg.partition,
             len(outputs),

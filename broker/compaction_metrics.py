@@ -18,6 +18,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "bytes_written": ("bytes_written", "Bytes of the compacted segments written."),
     "records_removed": ("records_removed", "Records compaction removed (superseded or expired)."),
     "segments_replaced": ("segments_replaced", "Segments replaced by compacted ones."),
+    "bytes_compacted": (
+        "bytes_compacted",
+        "Bytes of the segments replaced by compacted ones (the log compacted).",
+    ),
 }
 
 

@@ -229,6 +229,11 @@ async def test_metrics_after_a_pass(node: Broker) -> None:
     assert samples[("kafscale_compaction_bytes_read_total", None)] > 0
     assert samples[("kafscale_compaction_bytes_written_total", None)] > 0
     assert samples[("kafscale_compaction_segments_replaced_total", None)] == 3
+    assert (
+        samples[("kafscale_compaction_bytes_compacted_total", None)]
+        == comp.stats["bytes_compacted"]
+        > samples[("kafscale_compaction_bytes_written_total", None)]
+    )
     assert samples[("kafscale_compaction_dirty_ratio", TOPIC)] == 0.0  # nothing cleanable
     assert samples[("kafscale_compaction_oldest_cleanable_age_seconds", TOPIC)] == 0
     assert await comp.maybe_compact(lg)  # the new segment is dirty: ratio > 0, then cleaned
