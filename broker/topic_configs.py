@@ -255,6 +255,19 @@ def validate_configs(configs: Mapping[str, str | None] | None) -> dict[str, str]
     return out
 
 
+def check_combined(configs: Mapping[str, str]) -> None:
+    """Rules across configs (Kafka's LogConfig.validate): ``min.compaction.lag.ms`` may
+    not exceed ``max.compaction.lag.ms``."""
+    lo = int(configs.get("min.compaction.lag.ms", "0"))
+    hi = int(configs.get("max.compaction.lag.ms", str(_LONG_MAX)))
+    if lo > hi:
+        raise KafkaProtocolError(
+            ErrorCode.INVALID_CONFIG,
+            f"conflict topic config setting max.compaction.lag.ms ({hi}) < "
+            f"min.compaction.lag.ms ({lo})",
+        )
+
+
 def apply_incremental(
     current: Mapping[str, str], ops: Iterable[tuple[str, int, str | None]], config: BrokerConfig
 ) -> dict[str, str]:

@@ -391,6 +391,14 @@ async def test_compaction_configs(env: Env) -> None:
     assert info.configs["cleanup.policy"] == "compact"
     info = await tm.alter_configs("cmp2", {"cleanup.policy": "delete"})
     assert info.configs["cleanup.policy"] == "delete"
+    # Kafka's rule across configs: min.compaction.lag.ms <= max.compaction.lag.ms
+    with pytest.raises(KafkaProtocolError) as exc:
+        await tm.create("cmp3", 1, {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    assert _code(exc) == ErrorCode.INVALID_CONFIG
+    await tm.alter_configs("cmp2", {"max.compaction.lag.ms": "5"})
+    with pytest.raises(KafkaProtocolError) as exc:
+        await tm.alter_configs("cmp2", {"min.compaction.lag.ms": "6"})
+    assert _code(exc) == ErrorCode.INVALID_CONFIG and "max.compaction.lag.ms" in exc.value.message
 
 
 async def test_describe_broker_configs(env: Env) -> None:
