@@ -112,6 +112,18 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "how often retention.ms/retention.bytes are enforced (default 30000; 0 = never)",
     ),
     (
+        "compaction-buffer-bytes",
+        "compaction_buffer_bytes",
+        int,
+        "memory for one compaction pass's key map (default 67108864)",
+    ),
+    (
+        "compaction-max-bytes-per-sec",
+        "compaction_max_bytes_per_sec",
+        int,
+        "throttle of compaction reads and writes (default 0 = unlimited)",
+    ),
+    (
         "segment-delete-grace-ms",
         "segment_delete_grace_ms",
         int,

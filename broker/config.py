@@ -53,6 +53,9 @@ class BrokerConfig:
     merge_min_age_ms: int = 2000  # leave segments this young alone (tailing readers)
     retention_check_interval_ms: int = 30_000  # 0: never enforce retention.ms/.bytes
     segment_delete_grace_ms: int = 60_000  # replaced objects are deleted this much later
+    # log compaction (broker/compaction.py): key map memory per pass, bytes/s (0: no limit)
+    compaction_buffer_bytes: int = 64 * 1024 * 1024
+    compaction_max_bytes_per_sec: int = 0
     # cluster (docs/architecture.md, ownership)
     lease_ttl_s: int = 10
     # groups (issue 3)

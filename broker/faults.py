@@ -16,7 +16,9 @@ Checkpoints sit just before every place that deletes or writes objects:
 - ``retire.before_delete``: the delayed deletion of merged-away or expired objects,
   after the ownership check, before the delete;
 - ``topic.before_list``: topic deletion, before listing the topic's objects;
-- ``merge.before_commit``: a merge, after uploading the merged segment.
+- ``merge.before_commit``: a merge, after uploading the merged segment;
+- ``compaction.before_commit``: a compaction pass, after uploading its rewritten
+  segments, before the transaction that swaps them in.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ POINTS = frozenset(
         "retire.before_delete",
         "topic.before_list",
         "merge.before_commit",
+        "compaction.before_commit",
     }
 )
 

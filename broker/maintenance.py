@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from broker import faults
 from broker.commit import Outcome
+from broker.compaction import Compactor
 from broker.deletion import ObjectDeleter
 from broker.maintenance_policy import plan_merges, retention_victims
 from broker.meta.base import Delete, Put
@@ -76,6 +77,7 @@ class Maintenance:
         self.logs = logs
         self.config = logs.config
         self.deleter = ObjectDeleter(logs)
+        self.compactor = Compactor(logs, self.deleter)
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._seen: dict[tuple[str, int], dict[int, float]] = {}  # first seen per base
@@ -122,6 +124,7 @@ class Maintenance:
         if tp in self._sweeps and self._sweeps[tp][1] is lg:
             del self._sweeps[tp]
         self.deleter.forget(lg)
+        self.compactor.forget(lg)
 
     async def flush_deletes(self) -> None:
         """Run every scheduled deletion now and wait for it (tests, tooling)."""
@@ -185,6 +188,8 @@ class Maintenance:
             await self.apply_retention(lg)
         if self.config.merge_interval_ms > 0 and self._current(lg):
             await self.merge_partition(lg)
+        if self._current(lg):
+            await self.compactor.maybe_compact(lg)
 
     def _may_run(self, lg: PartitionLog, now: float) -> bool:
         failure = self._failures.get((lg.topic, lg.partition))
@@ -228,7 +233,9 @@ class Maintenance:
         min_age = cfg.merge_min_age_ms / 1000
         runs = plan_merges(
             lg.segments,
-            lambda s: now - seen.get(s.base, now) >= min_age and s.last >= lg.log_start,
+            lambda s: (
+                now - seen.get(s.base, now) >= min_age and s.last >= lg.log_start and not s.cleaned
+            ),  # compacted segments are merged by compaction itself
             cfg.merge_small_bytes,
             cfg.merge_max_bytes,
             cfg.merge_min_segments,

@@ -20,6 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from broker import compaction_metrics
+
 if TYPE_CHECKING:
     from broker.server import Broker
 
@@ -158,6 +160,9 @@ class BrokerCollector(Collector):
                 maintenance.stats, MAINTENANCE_COUNTERS, "maintenance_", "Maintenance.stats"
             )
             yield from _counters(maintenance.deleter.stats, DELETER_COUNTERS, "", "deleter")
+            compactor = getattr(maintenance, "compactor", None)
+            if compactor is not None:
+                yield from compaction_metrics.collect(compactor)
         yield from _counters(b.logs.committer.stats, COMMIT_COUNTERS, "", "Committer.stats")
         counts = {k: v for k, v in b.cluster.stats.items() if k in CLUSTER_COUNTERS}
         yield from _counters(counts, CLUSTER_COUNTERS, "", "Cluster.stats")

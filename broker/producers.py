@@ -92,6 +92,11 @@ class ProducerState:
             self._producers[producer_id] = entry
         entry.batches.append(BatchRecord(first_seq, last_seq, base_offset, done))
 
+    def last_bases(self) -> dict[int, int]:
+        """producer id -> base offset of its last batch (compaction keeps that batch's
+        header, docs/format.md "Compacted segments")."""
+        return {pid: e.batches[-1].base_offset for pid, e in self._producers.items() if e.batches}
+
     def rollback(self, from_offset: int) -> None:
         """Forget batches at or after ``from_offset`` (their append failed)."""
         for pid in list(self._producers):

@@ -99,18 +99,18 @@ class Reader:
                 if attempts > 2 or not await self.check_manifest(lg):
                     raise
                 continue
-            remote_reads += cached is None
-            if len(view) == 0:
+            if len(view) == 0:  # past the last batch (a compacted segment's gap): read on
                 offset = seg.last + 1
                 continue
+            remote_reads += cached is None
             if out and total + len(view) > max_bytes:
                 break
             out.append(view)
             total += len(view)
             last = _last_offset(view)
-            if last < seg.last:  # the budget ended inside this segment
+            if last < seg.last and not seg.cleaned:  # the budget ended inside this segment
                 break
-            offset = last + 1
+            offset = last + 1  # (a compacted segment may end in a gap: read on to see)
         return out
 
     async def _read_one(

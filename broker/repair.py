@@ -165,7 +165,9 @@ async def _rewrite_cut(
     assert p.cut is not None
     seg = p.cut
     keep = await _kept_batches(store, t, seg, offset)
-    built = build_segment(seg.base, keep, int(time.time() * 1000))
+    # a compacted segment (docs/format.md) stays one: gaps allowed, its tombstone horizons
+    cut = offset - 1 if seg.cleaned else None
+    built = build_segment(seg.base, keep, int(time.time() * 1000), compacted_last=cut)
     # the repair's own epoch: no other writer ever uses this name
     name = object_name(seg.base, offset - 1, p.epoch + 1, p.topic_id, 1)
     key = partition_prefix(t.namespace, t.topic, t.partition) + name
@@ -180,6 +182,7 @@ async def _rewrite_cut(
         etag,
         name,
         int(time.time() * 1000),
+        seg.cleaned,
     )
     return meta, key
 

@@ -1,8 +1,10 @@
 """Topic configs: the whitelist with validation and defaults, and the describe data.
 
 Topic configs are a whitelist (``TOPIC_CONFIGS``); an unknown key is INVALID_CONFIG naming
-it. ``cleanup.policy`` accepts only ``delete`` (no compaction); ``compression.type`` is
-informational (batches are kept as the producer compressed them); most ``segment.*``,
+it. ``cleanup.policy`` is ``delete``, ``compact`` or ``compact,delete`` (log compaction:
+``broker.compaction``, docs/format.md "Compacted segments"); ``compression.type`` is the
+codec compaction re-encodes with (produced batches are kept as the producer compressed
+them); most ``segment.*``,
 ``flush.*`` and replica settings are accepted for client compatibility only. Broker configs
 (resource type 4) come from ``BrokerConfig`` and are read-only.
 """
@@ -110,9 +112,16 @@ def _boolean(value: str) -> str:
 
 def _cleanup_policy(value: str) -> str:
     items = split_list(value)
-    if items != ["delete"]:
-        raise ValueError("only 'delete' is supported (no log compaction)")
-    return "delete"
+    if not items or any(i not in ("delete", "compact") for i in items):
+        raise ValueError("must be 'delete', 'compact' or 'compact,delete'")
+    return ",".join(p for p in ("compact", "delete") if p in items)
+
+
+def _ratio(value: str) -> str:
+    r = float(value.strip())
+    if not 0.0 <= r <= 1.0:
+        raise ValueError("must be in [0, 1]")
+    return value.strip()
 
 
 _THROTTLED_ITEM = re.compile(r"^(\*|\d+:\d+)$")
@@ -189,7 +198,16 @@ _SPECS = [
     _spec("segment.index.bytes", _T.INT, "10485760", _number(4, _INT_MAX), _INFO,
           "log.index.size.max.bytes"),
     _spec("cleanup.policy", _T.LIST, "delete", _cleanup_policy,
-          "Only 'delete': there is no log compaction.", "log.cleanup.policy"),
+          "delete, compact, or compact,delete (log compaction keeps the latest record per "
+          "key).", "log.cleanup.policy"),
+    _spec("min.cleanable.dirty.ratio", _T.DOUBLE, "0.5", _ratio,
+          "Compact when the uncompacted share of the log passes this.",
+          "log.cleaner.min.cleanable.ratio"),
+    _spec("min.compaction.lag.ms", _T.LONG, "0", _number(0, _LONG_MAX),
+          "Records younger than this are never compacted.", "log.cleaner.min.compaction.lag.ms"),
+    _spec("max.compaction.lag.ms", _T.LONG, _LONG_MAX_S, _number(1, _LONG_MAX),
+          "A record is compacted at the latest this long after it became cleanable.",
+          "log.cleaner.max.compaction.lag.ms"),
     _spec("message.timestamp.type", _T.STRING, "CreateTime",
           _choice("CreateTime", "LogAppendTime"),
           "CreateTime keeps the producer's timestamps; LogAppendTime stamps them at commit.",
@@ -205,12 +223,13 @@ _SPECS = [
     _spec("max.message.bytes", _T.INT, lambda c: str(c.max_message_bytes),
           _number(0, _INT_MAX), "Largest record batch accepted.", "message.max.bytes"),
     _spec("compression.type", _T.STRING, "producer", _choice(*_COMPRESSIONS),
-          "Informational: batches are stored as the producer compressed them.",
+          "Codec of batches rewritten by compaction (producer: the original codec); "
+          "produced batches are stored as the producer compressed them.",
           "compression.type"),
     _spec("min.insync.replicas", _T.INT, "1", _number(1, _INT_MAX), _NO_REPLICAS,
           "min.insync.replicas"),
     _spec("delete.retention.ms", _T.LONG, "86400000", _number(0, _LONG_MAX),
-          "Informational (no compaction).", "log.cleaner.delete.retention.ms"),
+          "How long compacted tombstones stay readable.", "log.cleaner.delete.retention.ms"),
     _spec("file.delete.delay.ms", _T.LONG, "60000", _number(0, _LONG_MAX), _INFO,
           "log.segment.delete.delay.ms"),
     _spec("flush.messages", _T.LONG, _LONG_MAX_S, _number(1, _LONG_MAX),
@@ -271,6 +290,19 @@ def validate_configs(configs: Mapping[str, str | None] | None) -> dict[str, str]
             continue  # null means "the default"
         out[name] = validate_config(name, value)
     return out
+
+
+def check_combined(configs: Mapping[str, str]) -> None:
+    """Rules across configs (Kafka's LogConfig.validate): ``min.compaction.lag.ms`` may
+    not exceed ``max.compaction.lag.ms``."""
+    lo = int(configs.get("min.compaction.lag.ms", "0"))
+    hi = int(configs.get("max.compaction.lag.ms", str(_LONG_MAX)))
+    if lo > hi:
+        raise KafkaProtocolError(
+            ErrorCode.INVALID_CONFIG,
+            f"conflict topic config setting max.compaction.lag.ms ({hi}) < "
+            f"min.compaction.lag.ms ({lo})",
+        )
 
 
 def apply_incremental(

@@ -48,6 +48,7 @@ from broker.topic_configs import (
     ResourceType,
     apply_incremental,
     broker_config_entries,
+    check_combined,
     topic_config_entries,
     validate_config,
     validate_configs,
@@ -159,6 +160,7 @@ class TopicManager(TopicTable):
         validate_partitions(partitions)
         validate_replication_factor(replication_factor)
         clean = validate_configs(configs)
+        check_combined(clean)
         if name in self._topics:
             raise KafkaProtocolError(
                 ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
@@ -254,6 +256,7 @@ class TopicManager(TopicTable):
                 )
             current = TopicInfo.from_json(name, kv.value)
             new = change(current)
+            check_combined(new.configs)
             if validate_only or new == current:
                 return new
             result = await self._meta.txn(

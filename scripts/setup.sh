@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtualenv in .venv with the locked dependencies and the project.
 # Usage: scripts/setup.sh [--test]   (--test adds the system packages the tests start:
-# etcd, kcat, Java for Spark, Node for kafkajs)
+# etcd, kcat, Java for Spark, Node for kafkajs, and .venv-quix for the Quix Streams test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -31,6 +31,17 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q -r requirements.lock
   .venv/bin/python -m pip install -q --no-deps -e .
   rm -f .venv/.kafscale-lock-* && touch "$stamp"
+fi
+
+# Quix Streams (the compaction test's stateful app) pins confluent-kafka below the
+# project's version: it gets a virtualenv of its own, .venv-quix
+if [ "${1:-}" = "--test" ] && [ -f tests/integration/quix/requirements.lock ]; then
+  qstamp=.venv-quix/.lock-$(sha256sum tests/integration/quix/requirements.lock | cut -c1-16)
+  if [ ! -f "$qstamp" ]; then
+    [ -x .venv-quix/bin/python ] || "$PY" -m venv .venv-quix
+    .venv-quix/bin/python -m pip install -q -r tests/integration/quix/requirements.lock
+    rm -f .venv-quix/.lock-* && touch "$qstamp"
+  fi
 fi
 
 if [ "${1:-}" = "--test" ] && [ -f tests/integration/js/package.json ]; then

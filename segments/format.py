@@ -2,7 +2,8 @@
 
 Segment object (big-endian)::
 
-    header 32: magic "KAFS" u32 | version u16 | flags u16 (bits 0-2: dominant compression)
+    header 32: magic "KAFS" u32 | version u16 | flags u16 (bits 0-2: dominant compression,
+               bit 3: compacted)
                | base offset i64 | record count i32 | created unix ms i64 | reserved u32
     body   n : Kafka v2 RecordBatches, byte-for-byte
     footer 16: CRC-32C of the body u32 | last offset i64 | magic "END!" u32
@@ -77,6 +78,9 @@ INDEX_HEADER_SIZE = 16
 INDEX_ENTRY_SIZE = 12
 DEFAULT_INDEX_INTERVAL = 100
 COMPRESSION_FLAG_MASK = 0x07
+# bit 3: written by log compaction: batches ascend with gaps between them, the body may
+# hold no batch, the footer's last offset may lie past the last batch (docs/format.md)
+COMPACTED_FLAG = 0x08
 
 _HEADER = struct.Struct(">IHHqiqI")
 _FOOTER = struct.Struct(">IqI")
@@ -109,6 +113,10 @@ class SegmentHeader:
     @property
     def compression(self) -> int:
         return self.flags & COMPRESSION_FLAG_MASK
+
+    @property
+    def compacted(self) -> bool:
+        return bool(self.flags & COMPACTED_FLAG)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,13 +199,18 @@ def build_segment(
     batches: Sequence[memoryview],
     created_ms: int | None = None,
     index_interval: int = DEFAULT_INDEX_INTERVAL,
+    *,
+    compacted_last: int | None = None,
 ) -> BuiltSegment:
     """Frame offset-patched v2 batches as a segment + index without copying the batches.
 
     Raises ValueError when there are no batches, a batch is not framed as one v2 batch, or
-    the batches' offsets are not contiguous from ``base_offset``.
+    the batches' offsets are not contiguous from ``base_offset``. ``compacted_last``
+    builds a compacted segment instead (docs/format.md, "Compacted segments"): batches
+    ascending within ``[base_offset, compacted_last]`` with gaps, possibly none at all.
     """
-    if not batches:
+    compacted = compacted_last is not None
+    if not batches and not compacted:
         raise ValueError("a segment needs at least one record batch")
     if index_interval <= 0:
         raise ValueError("index_interval must be positive")
@@ -213,7 +226,7 @@ def build_segment(
         hdr = read_header(view)
         if hdr.magic != 2 or hdr.size != len(view):
             raise ValueError(f"batch {i} is not exactly one v2 record batch")
-        if hdr.base_offset != expected:
+        if hdr.base_offset < expected if compacted else hdr.base_offset != expected:
             raise ValueError(
                 f"batch {i} has base offset {hdr.base_offset}, expected {expected} (not contiguous)"
             )
@@ -229,10 +242,14 @@ def build_segment(
         expected = hdr.last_offset + 1
     last_offset = expected - 1
     compression = _dominant_compression(weights)
+    flags = compression
+    if compacted_last is not None:
+        if compacted_last < last_offset:
+            raise ValueError(f"batches end at {last_offset}, past {compacted_last}")
+        last_offset = compacted_last
+        flags |= COMPACTED_FLAG
     created = int(time.time() * 1000) if created_ms is None else created_ms
-    header = _HEADER.pack(
-        SEGMENT_MAGIC, SEGMENT_VERSION, compression, base_offset, records, created, 0
-    )
+    header = _HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, flags, base_offset, records, created, 0)
     footer = _FOOTER.pack(crc, last_offset, FOOTER_MAGIC)
     buffers: list[Buffer] = [header, *batches, footer]
     return BuiltSegment(
@@ -336,6 +353,7 @@ def iter_segment_batches(data: Buffer) -> Iterator[tuple[int, BatchHeader, memor
 def _check_batches(data: Buffer, report: SegmentReport) -> None:
     hdr = report.header
     expected = hdr.base_offset if hdr is not None else None
+    compacted = hdr is not None and hdr.compacted
     records = 0
     try:
         for pos, bh, view in iter_segment_batches(data):
@@ -350,7 +368,9 @@ def _check_batches(data: Buffer, report: SegmentReport) -> None:
                 report.problems.append(
                     f"batch at byte {pos} (offset {bh.base_offset}) fails its CRC-32C"
                 )
-            if expected is not None and bh.base_offset != expected:
+            if expected is not None and (
+                bh.base_offset < expected if compacted else bh.base_offset != expected
+            ):
                 report.problems.append(
                     f"batch at byte {pos} has base offset {bh.base_offset}, expected {expected}"
                 )
@@ -361,14 +381,20 @@ def _check_batches(data: Buffer, report: SegmentReport) -> None:
     except (CorruptSegmentError, CorruptBatchError) as exc:
         report.problems.append(str(exc))
         return
-    if not report.batches:
+    if not report.batches and not compacted:
         report.problems.append("segment body holds no record batch")
     if hdr is not None and records != hdr.record_count:
         report.problems.append(
             f"header record count {hdr.record_count} != {records} records in the batches"
         )
     ftr = report.footer
-    if ftr is not None and report.batches and ftr.last_offset != report.batches[-1].last_offset:
+    if compacted and ftr is not None and report.batches:
+        if ftr.last_offset < report.batches[-1].last_offset:
+            report.problems.append(
+                f"footer last offset {ftr.last_offset} < last batch's last offset "
+                f"{report.batches[-1].last_offset}"
+            )
+    elif ftr is not None and report.batches and ftr.last_offset != report.batches[-1].last_offset:
         report.problems.append(
             f"footer last offset {ftr.last_offset} != last batch's last offset "
             f"{report.batches[-1].last_offset}"
@@ -383,7 +409,7 @@ def _check_index(index: Buffer, report: SegmentReport) -> None:
         report.problems.append(str(exc))
         return
     starts = {b.position: b.base_offset for b in report.batches}
-    if not report.index:
+    if not report.index and report.batches:
         report.problems.append("index has no entries (the first batch must be indexed)")
     elif report.batches and report.index[0].position != report.batches[0].position:
         report.problems.append("index does not start at the first batch")

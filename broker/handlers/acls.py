@@ -1,4 +1,4 @@
-"""CreateAcls (30), DescribeAcls (29), DeleteAcls (31), versions 1-3 (Kafka 4's range;
+"""CreateAcls (30) v1-3, DescribeAcls (29) v1-3, DeleteAcls (31) v1-3 (Kafka 4's range;
 docs/operations.md, "Security").
 
 Bindings live in the metadata store (``broker.security.store.AclStore``) and take effect

@@ -5,7 +5,9 @@ inside a batch returns the batch that contains it, and at least one batch even a
 byte limits (the first partition with data). Data comes from the segment cache (recent
 commits are cached as they are written) or from the object store (one GET per fetch,
 If-Match the manifest's ETag). When less than ``min_bytes`` is ready the request waits
-on its partitions' commit events (never a sleep loop) until ``max_wait_ms``. The response
+on its partitions' commit events (never a sleep loop) until ``max_wait_ms``. On a
+compacted partition a fetch offset that compaction removed returns the next batch
+(docs/format.md, "Compacted segments"). The response
 is encoded by ``protocol.fetch_fast`` as a list of buffers that reference the segment
 bytes (no copy).
 

@@ -5,8 +5,9 @@ validated by ``protocol.validate`` (framing, CRC-32C, the header against the rec
 actually present, decompressing compressed ones, producer fields, control batches,
 timestamps; maxTimestamp recomputed) before any of the partition's batches is appended,
 so a bad batch never changes the partition: the partition answers CORRUPT_MESSAGE,
-INVALID_RECORD (v8+; CORRUPT_MESSAGE before) with ``record_errors`` naming the record,
-or INVALID_TIMESTAMP. Accepted batches are appended in arrival order; the response is
+INVALID_RECORD (v8+; CORRUPT_MESSAGE before) with ``record_errors`` naming the record
+(also for a record without a key on a compacted topic), or INVALID_TIMESTAMP.
+Accepted batches are appended in arrival order; the response is
 *deferred* until the flush cycle commits them (docs/architecture.md, the write path), so
 a connection keeps
 reading while its produces wait. acks=0 gets no response.
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import quotas
+from broker.compaction_policy import is_compacted
 from broker.handlers.registry import Encoded, RequestContext, handler_failed
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
@@ -44,6 +46,7 @@ from protocol.batch import (
     set_log_append_time,
     verify_crc,
 )
+from protocol.compaction import require_keys
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.legacy import convert_message_set, is_legacy
 from protocol.produce_fast import (
@@ -153,6 +156,8 @@ def _append(
         if is_legacy(records):
             records = memoryview(bytearray(convert_message_set(records)))
         batches = validate_records(records, policy, max_bytes, ctx.broker.config.validate_records)
+        if is_compacted(configs):
+            require_keys(batches)  # INVALID_RECORD (CORRUPT_MESSAGE before v8)
     except KafkaProtocolError as exc:
         out.error, out.message = exc.code, exc.message or None
         return out

@@ -206,13 +206,17 @@ class SegmentMeta:
     # the later of this and max_ts, so data produced with old timestamps is not dropped
     # the moment it lands (Kafka keeps it in its active segment; ours are small)
     created_ms: int = -1
+    # compacted segments only (docs/format.md, "Compacted segments"): ascending
+    # (first offset, ms) pairs, the wall-clock time compaction first reached the offsets
+    # from there on (tombstones there go delete.retention.ms after it)
+    cleaned: tuple[tuple[int, int], ...] = ()
 
     @property
     def retention_ts(self) -> int:
         return max(self.max_ts, self.created_ms)
 
     def to_json(self) -> bytes:
-        d: dict[str, int | str] = {
+        d: dict[str, int | str | list[list[int]]] = {
             "base": self.base,
             "last": self.last,
             "bytes": self.size,
@@ -224,6 +228,8 @@ class SegmentMeta:
             d["key"] = self.key
         if self.created_ms >= 0:
             d["created"] = self.created_ms
+        if self.cleaned:
+            d["cleaned"] = [[o, t] for o, t in self.cleaned]
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -238,6 +244,7 @@ class SegmentMeta:
             str(d.get("etag", "")),
             str(d.get("key", "")),
             int(d.get("created", -1)),
+            tuple((int(o), int(t)) for o, t in d.get("cleaned", ())),
         )
 
 

@@ -134,7 +134,7 @@ def test_confluent_admin_topics(broker: BrokerProcess) -> None:
                 NewTopic("orders", 3, 1, config={"retention.ms": "60000"}),
                 NewTopic("defaults"),
                 NewTopic("bad name", 1, 1),
-                NewTopic("compacted", 1, 1, config={"cleanup.policy": "compact"}),
+                NewTopic("bad-policy", 1, 1, config={"cleanup.policy": "compact,purge"}),
                 NewTopic("unknown-config", 1, 1, config={"no.such": "1"}),
                 NewTopic("zero", 0, 1),
                 NewTopic("rf", 1, 4),
@@ -146,7 +146,7 @@ def test_confluent_admin_topics(broker: BrokerProcess) -> None:
         "orders": None,
         "defaults": None,
         "bad name": KafkaError.TOPIC_EXCEPTION,
-        "compacted": KafkaError.INVALID_CONFIG,
+        "bad-policy": KafkaError.INVALID_CONFIG,
         "unknown-config": KafkaError.INVALID_CONFIG,
         "zero": KafkaError.INVALID_PARTITIONS,
         "rf": KafkaError.INVALID_REPLICATION_FACTOR,
@@ -217,7 +217,7 @@ def test_confluent_admin_configs(broker: BrokerProcess) -> None:
     assert (cfg["retention.ms"].value, cfg["retention.bytes"].value) == ("1000", "99")
     assert incremental(ConfigEntry("retention.ms", None, incremental_operation=delete_op)) is None
     assert describe("cfg")["retention.ms"].value == "604800000"
-    bad = ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)
+    bad = ConfigEntry("cleanup.policy", "purge", incremental_operation=AlterConfigOpType.APPEND)
     assert incremental(bad) == KafkaError.INVALID_CONFIG
     bad = ConfigEntry("retention.ms", "5", incremental_operation=AlterConfigOpType.APPEND)
     assert incremental(bad) == KafkaError.INVALID_CONFIG
@@ -258,7 +258,7 @@ def test_kafka_python_admin(broker: BrokerProcess) -> None:
         for topic, error in (
             (NewTopic("kp", 1, 1), TopicAlreadyExistsError),
             (NewTopic("bad/name", 1, 1), InvalidTopicError),
-            (NewTopic("c", 1, 1, topic_configs={"cleanup.policy": "compact"}),
+            (NewTopic("c", 1, 1, topic_configs={"cleanup.policy": "purge"}),
              InvalidConfigurationError),
         ):  # fmt: skip
             with pytest.raises(error):

@@ -353,7 +353,7 @@ def test_many_bad_connections_then_real_clients(bad_broker: BrokerProcess) -> No
     [
         ("cfg-bad-value", 1, [("retention.ms", "soon")], ErrorCode.INVALID_CONFIG),
         ("cfg-unknown", 1, [("no.such.config", "1")], ErrorCode.INVALID_CONFIG),
-        ("cfg-compact", 1, [("cleanup.policy", "compact")], ErrorCode.INVALID_CONFIG),
+        ("cfg-policy", 1, [("cleanup.policy", "purge")], ErrorCode.INVALID_CONFIG),
         ("cfg-zero-parts", 0, [], ErrorCode.INVALID_PARTITIONS),
         ("bad topic!", 1, [], ErrorCode.INVALID_TOPIC_EXCEPTION),
     ],

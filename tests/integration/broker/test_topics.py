@@ -161,8 +161,9 @@ async def test_valid_edge_names_and_dot_underscore_collision(env: Env) -> None:
         ({"replication_factor": 0}, ErrorCode.INVALID_REPLICATION_FACTOR),
         ({"replication_factor": 4}, ErrorCode.INVALID_REPLICATION_FACTOR),
         ({"configs": {"no.such.config": "1"}}, ErrorCode.INVALID_CONFIG),
-        ({"configs": {"cleanup.policy": "compact"}}, ErrorCode.INVALID_CONFIG),
-        ({"configs": {"cleanup.policy": "delete,compact"}}, ErrorCode.INVALID_CONFIG),
+        ({"configs": {"cleanup.policy": "purge"}}, ErrorCode.INVALID_CONFIG),
+        ({"configs": {"cleanup.policy": "delete,purge"}}, ErrorCode.INVALID_CONFIG),
+        ({"configs": {"min.cleanable.dirty.ratio": "1.5"}}, ErrorCode.INVALID_CONFIG),
         ({"configs": {"retention.ms": "soon"}}, ErrorCode.INVALID_CONFIG),
         ({"configs": {"retention.ms": "-2"}}, ErrorCode.INVALID_CONFIG),
         ({"configs": {"message.timestamp.type": "WallTime"}}, ErrorCode.INVALID_CONFIG),
@@ -297,7 +298,7 @@ async def test_alter_configs_set_delete_replace(env: Env) -> None:
     assert same.configs["retention.ms"] == "9" and tm.get("cfg") == info
     replaced = await tm.alter_configs("cfg", {"max.message.bytes": "100"}, replace=True)
     assert dict(replaced.configs) == {"max.message.bytes": "100"}
-    for bad in ({"cleanup.policy": "compact"}, {"what.ever": "1"}):
+    for bad in ({"cleanup.policy": "purge"}, {"what.ever": "1"}):
         with pytest.raises(KafkaProtocolError) as exc:
             await tm.alter_configs("cfg", bad)
         assert _code(exc) == ErrorCode.INVALID_CONFIG
@@ -321,7 +322,7 @@ async def test_incremental_alter(env: Env) -> None:
     assert info.configs[key] == "1:1"
     for ops in (
         [("retention.ms", 2, "5")],  # APPEND on a non-list config
-        [("cleanup.policy", 2, "compact")],
+        [("cleanup.policy", 2, "purge")],
         [("bogus.key", 0, "1")],
         [(key, 2, "not-a-replica")],
     ):
@@ -356,6 +357,48 @@ async def test_describe_topic_configs(env: Env) -> None:
     with pytest.raises(KafkaProtocolError) as exc:
         tm.describe_configs(ResourceType.TOPIC, "missing")
     assert _code(exc) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_compaction_configs(env: Env) -> None:
+    tm = await env.manager()
+    info = await tm.create(
+        "cmp",
+        1,
+        {"cleanup.policy": "delete, compact", "min.cleanable.dirty.ratio": "0.25",
+         "min.compaction.lag.ms": "5", "max.compaction.lag.ms": "60000",
+         "delete.retention.ms": "100", "segment.ms": "1000"},
+    )  # fmt: skip
+    assert info.configs["cleanup.policy"] == "compact,delete"
+    entries = {e.name: e for e in tm.describe_configs(ResourceType.TOPIC, "cmp")}
+    for name, value in (("min.cleanable.dirty.ratio", "0.25"), ("delete.retention.ms", "100")):
+        assert entries[name].value == value
+        assert entries[name].source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    await tm.create("cmp2", 1)
+    entries = {e.name: e for e in tm.describe_configs(ResourceType.TOPIC, "cmp2", None, True)}
+    defaults = {
+        "min.cleanable.dirty.ratio": ("0.5", "log.cleaner.min.cleanable.ratio"),
+        "min.compaction.lag.ms": ("0", "log.cleaner.min.compaction.lag.ms"),
+        "max.compaction.lag.ms": (str(2**63 - 1), "log.cleaner.max.compaction.lag.ms"),
+        "delete.retention.ms": ("86400000", "log.cleaner.delete.retention.ms"),
+    }
+    for name, (value, synonym) in defaults.items():
+        e = entries[name]
+        assert (e.value, e.source, e.is_default) == (value, ConfigSource.DEFAULT_CONFIG, True)
+        assert [s.name for s in e.synonyms] == [synonym]
+    info = await tm.incremental_alter_configs("cmp2", [("cleanup.policy", 2, "compact")])
+    assert info.configs["cleanup.policy"] == "compact,delete"
+    info = await tm.incremental_alter_configs("cmp2", [("cleanup.policy", 3, "delete")])
+    assert info.configs["cleanup.policy"] == "compact"
+    info = await tm.alter_configs("cmp2", {"cleanup.policy": "delete"})
+    assert info.configs["cleanup.policy"] == "delete"
+    # Kafka's rule across configs: min.compaction.lag.ms <= max.compaction.lag.ms
+    with pytest.raises(KafkaProtocolError) as exc:
+        await tm.create("cmp3", 1, {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    assert _code(exc) == ErrorCode.INVALID_CONFIG
+    await tm.alter_configs("cmp2", {"max.compaction.lag.ms": "5"})
+    with pytest.raises(KafkaProtocolError) as exc:
+        await tm.alter_configs("cmp2", {"min.compaction.lag.ms": "6"})
+    assert _code(exc) == ErrorCode.INVALID_CONFIG and "max.compaction.lag.ms" in exc.value.message
 
 
 async def test_describe_broker_configs(env: Env) -> None:

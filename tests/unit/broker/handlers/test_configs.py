@@ -104,7 +104,7 @@ async def test_alter_configs_replaces_the_set(call: AdminCaller, version: int) -
     await call.topics.create("u", 1)
     req = _alter(
         (TOPIC, "t", {"retention.bytes": "5"}),
-        (TOPIC, "u", {"cleanup.policy": "compact"}),
+        (TOPIC, "u", {"cleanup.policy": "purge"}),
         (TOPIC, "missing", {"retention.ms": "1"}),
         (BROKER, "1", {"num.partitions": "3"}),
         (TOPIC, "u", {}),
@@ -158,7 +158,7 @@ async def test_incremental_alter_configs(call: AdminCaller, version: int) -> Non
     assert info is not None and dict(info.configs) == {"segment.ms": "9", key: "0:1"}
     for ops, code in (
         ([("segment.ms", 2, "1")], ErrorCode.INVALID_CONFIG),
-        ([("cleanup.policy", 2, "compact")], ErrorCode.INVALID_CONFIG),
+        ([("cleanup.policy", 2, "purge")], ErrorCode.INVALID_CONFIG),
         ([("x.y", 0, "1")], ErrorCode.INVALID_CONFIG),
         ([(key, 3, "0:1"), (key, 2, "1:1")], ErrorCode.INVALID_REQUEST),
     ):
