@@ -57,6 +57,10 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
+    # observability (docs/operations.md, "Metrics")
+    lag_metrics_max_partitions: int = 1000  # consumer-lag series per broker, at most
+    # per-request histograms; an internal switch for bench/broker.py to measure their cost
+    request_metrics: bool = True
 
     @staticmethod
     def new_cluster_id() -> str:

@@ -56,6 +56,7 @@ from protocol.frame import RequestHeader, parse_request_header
 from segments.store import StoreError
 
 if TYPE_CHECKING:
+    from broker.request_metrics import RequestRecorder
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,10 @@ class _Raw:
 
 
 class Connection(PartialFrames, asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, recorder: RequestRecorder | None = None) -> None:
         self.broker = broker
+        # the metrics hook (broker/request_metrics.py): the one place requests are timed
+        self.rec = (recorder or broker.requests).connection()
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self._scratch = bytearray(SCRATCH)
@@ -120,6 +123,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
         self.broker.connections.add(self)
+        self.rec.opened()
         self._tasks = [
             asyncio.create_task(self._process_loop(), name=f"conn-process {self.peer}"),
             asyncio.create_task(self._write_loop(), name=f"conn-write {self.peer}"),
@@ -129,6 +133,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         peer_closed = not self._closed
         self._closed = True
         self.broker.connections.discard(self)
+        self.rec.closed()
         self.broker.admission.forget(self)
         self._drop_partial()
         if peer_closed and (self._busy or self._frames) and len(self._tasks) == 2:
@@ -183,6 +188,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
                 log.warning("closing %s: frame size %d outside 0..%d", self.peer, size, limit)
+                self.rec.closed_bad_input()
                 self.close()
                 return
             have = end - pos - 4
@@ -220,6 +226,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
+        self.rec.arrived(len(frame))
         self.inflight += len(frame)
         self.broker.admission.acquire(self, len(frame))
         self._frames_ready.set()
@@ -288,6 +295,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                 item = await self._dispatch(frame)
             except KafkaProtocolError as exc:  # the frame does not decode
                 log.warning("closing %s: %s", self.peer, exc)
+                self.rec.closed_bad_input()
                 self.close()
                 return
             except Exception:
@@ -304,6 +312,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
     async def _dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any, int] | None:
         mv = memoryview(frame)
         hdr = parse_request_header(mv)
+        self.rec.started(hdr)
         api = self.broker.routes.get(hdr.api_key)
         size = len(frame)
         if api is None:
@@ -333,8 +342,9 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             handler_failed(hdr.api_key, hdr.api_version, exc)
             return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
         if inspect.isawaitable(result):
-            result = asyncio.ensure_future(result)
+            result = self.rec.deferred(asyncio.ensure_future(result))
         elif result is None:
+            self.rec.finished(None, None)
             self._answered(size)
             return None
         return hdr, result, size
@@ -369,6 +379,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                     self.close()
                     return
             self._answered(size)
+            self.rec.finished(item, bufs)
             if bufs:
                 self._send(bufs)
                 if not self._can_write.is_set():

@@ -15,11 +15,16 @@ from broker.admission import Admission
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
+from broker.group_metrics import GroupMetrics
 from broker.group_store import MetaGroupStore
 from broker.handlers.routes import build_routes
+from broker.instrumented import InstrumentedMeta, InstrumentedStore
+from broker.log_metrics import LogMetrics
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
+from broker.request_metrics import RequestRecorder
+from broker.telemetry import Telemetry
 from broker.topics import TopicManager
 from groupcoord import GroupConfig, GroupCoordinator
 from segments.store import ObjectStore, open_store
@@ -73,18 +78,29 @@ class Broker:
         store: ObjectStore | None = None,
     ) -> None:
         self.config = config
-        self.meta: MetaStore = (
+        # metrics (docs/operations.md): the stores are timed at their boundary
+        self.telemetry = Telemetry()
+        self.requests = RequestRecorder(self.telemetry, enabled=config.request_metrics)
+        self.meta: MetaStore = InstrumentedMeta(
             meta
             if meta is not None
-            else open_meta(config.meta_url, config.data_dir, config.meta_prefix)
+            else open_meta(config.meta_url, config.data_dir, config.meta_prefix),
+            self.telemetry,
         )
-        self.store: ObjectStore = store if store is not None else open_store(config.store_url)
+        self.store: ObjectStore = InstrumentedStore(
+            store if store is not None else open_store(config.store_url), self.telemetry
+        )
+        self.log_metrics = LogMetrics(self.telemetry)
         self.routes = build_routes()
         self.cluster: Cluster = Cluster(self.meta, config)
         self.topics: TopicManager = TopicManager(
             self.meta, config, store=self.store, namespace=config.namespace
         )
-        self.logs: LogManager = LogManager(config, self.meta, self.store, self.cluster, self.topics)
+        self.logs: LogManager = LogManager(
+            config, self.meta, self.store, self.cluster, self.topics, self.log_metrics
+        )
+        self.cluster.on_keepalive = self.log_metrics.keepalive_delay
+        self.group_metrics = GroupMetrics(self, config.lag_metrics_max_partitions)
         self.producer_ids = ProducerIds(self.meta)
         self.groups: GroupCoordinator | None = None
         self.cluster_id = config.cluster_id

@@ -150,18 +150,20 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         remaining = deadline - loop.time()
         errors = any(w.error != ErrorCode.NONE for _, _, ws in plan for w in ws)
         if request.min_bytes <= 0 or total >= max(1, request.min_bytes) or remaining <= 0 or errors:
-            return Encoded(encode_fetch_response(version, resp))
+            return Encoded(encode_fetch_response(version, resp), resp)
         logs = [w.log for _, _, ws in plan for w in ws if w.log is not None]
         if not logs:
-            return Encoded(encode_fetch_response(version, resp))
+            return Encoded(encode_fetch_response(version, resp), resp)
         waiter: asyncio.Future[None] = loop.create_future()
         for lg in logs:
             lg.waiters.append(waiter)
+        parked = loop.time()
         try:
             await asyncio.wait_for(waiter, remaining)
         except TimeoutError:
             pass
         finally:
+            ctx.broker.logs.metrics.long_poll.observe(loop.time() - parked)
             for lg in logs:
                 if waiter in lg.waiters:
                     lg.waiters.remove(waiter)

@@ -250,7 +250,7 @@ async def _respond(version: int, results: list[tuple[str, list[_Outcome]]], time
                 )
             )
         topics.append(ProduceTopicResult(name, parts))
-    return Encoded(encode_produce_response(version, topics))
+    return Encoded(encode_produce_response(version, topics), topics)
 
 
 def _wait_result(waits: list[asyncio.Future[None]]) -> ErrorCode:
