@@ -108,6 +108,10 @@ MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
         "maintenance_deleted_objects",
         "Replaced or expired segment objects deleted after the grace period.",
     ),
+    "reclaimed_bytes": (
+        "maintenance_reclaimed_bytes",
+        "Bytes of the segments dropped by retention or DeleteRecords (deleted after the grace).",
+    ),
     "failures": (
         "maintenance_failures",
         "Per-partition maintenance failures (logged once per cause, retried with back-off).",

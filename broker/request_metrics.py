@@ -78,7 +78,7 @@ class RequestRecorder:
     def children(self, key: int, version: int) -> tuple[Hist, Hist, Hist, Hist, Hist, str]:
         c = self._children.get((key, version))
         if c is None:
-            name, v = api_name(key), str(version)
+            name, v = request_name(key), str(version)
             c = self._children[(key, version)] = (
                 self.total.child(name, v),
                 self.queued.child(name, v),
@@ -93,6 +93,12 @@ class RequestRecorder:
         codes = error_codes(response)
         for code in codes:
             self.responses.inc((api, _code_name(code)))
+
+
+def request_name(key: int) -> str:
+    """Kafka's request name for an API key (``ApiVersions``, ``Produce``), the ``api`` label
+    (as in Kafka's RequestMetrics)."""
+    return "".join(w.capitalize() for w in api_name(key).split("_"))
 
 
 class _Pending:
