@@ -3,8 +3,8 @@
 Both carry the same fields: the time, the level, the logger's name and the message (with
 the traceback, when there is one). The JSON form is one object per line for log shippers:
 ``{"time": "2026-01-02T03:04:05.678Z", "level": "INFO", "logger": "broker.server",
-"message": "...", "exc": "Traceback ..."}`` (``exc`` only with a traceback). README.md,
-"Logs", shows both.
+"message": "...", "exc": "Traceback ..."}`` (``exc`` only with a traceback).
+docs/operations.md, "Logs", shows both.
 """
 
 from __future__ import annotations
