@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from broker.handlers.registry import Encoded
@@ -30,9 +31,18 @@ _now = time.perf_counter
 class RequestRecorder:
     """The request families of one broker; ``listener`` labels its connections."""
 
-    def __init__(self, telemetry: Telemetry, listener: str = "plaintext", enabled: bool = True):
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        listener: str = "plaintext",
+        enabled: bool = True,
+        routes: Mapping[int, Any] | None = None,
+    ) -> None:
         self.listener = listener
         self.enabled = enabled
+        # the served (key, versions): anything else (a hostile client's made-up key or
+        # version) is counted under one api="unknown" child, so labels stay bounded
+        self.routes = routes
         t = telemetry
         self.total = t.histogram(
             "request_duration_seconds",
@@ -78,7 +88,16 @@ class RequestRecorder:
     def children(self, key: int, version: int) -> tuple[Hist, Hist, Hist, Hist, Hist, str]:
         c = self._children.get((key, version))
         if c is None:
-            name, v = request_name(key), str(version)
+            route = self.routes.get(key) if self.routes is not None else None
+            if self.routes is not None and (
+                route is None or not route.min_version <= version <= route.max_version
+            ):
+                key, version = -1, -1
+                c = self._children.get((key, version))
+                if c is not None:
+                    return c
+            name = request_name(key) if key >= 0 else "unknown"
+            v = str(version)
             c = self._children[(key, version)] = (
                 self.total.child(name, v),
                 self.queued.child(name, v),

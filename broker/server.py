@@ -80,7 +80,10 @@ class Broker:
         self.config = config
         # metrics (docs/operations.md): the stores are timed at their boundary
         self.telemetry = Telemetry()
-        self.requests = RequestRecorder(self.telemetry, enabled=config.request_metrics)
+        self.routes = build_routes()
+        self.requests = RequestRecorder(
+            self.telemetry, enabled=config.request_metrics, routes=self.routes
+        )
         self.meta: MetaStore = InstrumentedMeta(
             meta
             if meta is not None
@@ -91,7 +94,6 @@ class Broker:
             store if store is not None else open_store(config.store_url), self.telemetry
         )
         self.log_metrics = LogMetrics(self.telemetry)
-        self.routes = build_routes()
         self.cluster: Cluster = Cluster(self.meta, config)
         self.topics: TopicManager = TopicManager(
             self.meta, config, store=self.store, namespace=config.namespace
