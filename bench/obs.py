@@ -1,0 +1,186 @@
+"""Observability benchmarks (issue 11; figures in docs/benchmarks.md). Not tests.
+
+``python -m bench.obs cost [--rounds N --messages N]``: the cost of the per-request
+histograms. Full-speed produce (confluent-kafka, 1 KiB values, acks=all, one producer
+process) against a broker with them and one without (``bench.nometrics_broker``),
+alternating A/B/A/B so that the busy machine's drift hits both alike; medians reported.
+
+``python -m bench.obs cpu [--rates 500,1000,...] [--seconds S]``: produce latency against
+the broker's CPU, for the HPA's CPU target. One broker; each step produces at a fixed
+rate for S seconds and reads the broker's CPU time (``/proc/PID/stat``) and its Produce
+p50/p99 (the ``kafscale_request_duration_seconds`` histogram's increase over the step,
+interpolated within buckets as ``histogram_quantile`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.broker_workers import run_worker
+from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def _broker(workdir: Path, module: str) -> tuple[BrokerProcess, int]:
+    http = free_port()
+    args = ("--http", f"127.0.0.1:{http}", "--log-level", "WARNING", "--default-partitions", "4")
+    return start_broker(workdir, extra_args=args, module=module), http
+
+
+def _produce(b: BrokerProcess, topic: str, messages: int, rate: float = 0) -> dict[str, Any]:
+    spec = {
+        "kind": "produce", "bootstrap": b.bootstrap, "topic": topic, "messages": messages,
+        "rate": rate, "partitions": 4, "size": 1024, "idempotence": False,
+    }  # fmt: skip
+    return run_worker(spec)
+
+
+def hook_cost_us(n: int = 200_000) -> float:
+    """µs per request of the connection hook's calls (arrived, started, finished with an
+    Encoded Produce response of one partition), in this process."""
+    from broker.handlers.registry import Encoded
+    from broker.handlers.routes import build_routes
+    from broker.request_metrics import RequestRecorder
+    from broker.telemetry import Telemetry
+    from protocol.frame import RequestHeader
+    from protocol.produce_fast import ProducePartitionResult, ProduceTopicResult
+
+    conn = RequestRecorder(Telemetry(), routes=build_routes()).connection()
+    hdr = RequestHeader(0, 9, 1, "bench", 20)
+    resp = Encoded([b"x" * 60], [ProduceTopicResult("t", [ProducePartitionResult(0, 0)])])
+    bufs = [b"x" * 60]
+    start = time.perf_counter()
+    for _ in range(n):
+        conn.arrived(1000)
+        conn.started(hdr)
+        conn.finished(resp, bufs)
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def cost(rounds: int, messages: int) -> None:
+    rates: dict[str, list[float]] = {"with": [], "without": []}
+    cpu_per_msg: dict[str, list[float]] = {"with": [], "without": []}
+    modules = {"with": "broker.cli", "without": "bench.nometrics_broker"}
+    requests: list[float] = []
+    cpu_with: list[float] = []
+    for r in range(rounds):
+        order = ["with", "without"] if r % 2 == 0 else ["without", "with"]
+        for mode in order:
+            with tempfile.TemporaryDirectory() as tmp:
+                b, http = _broker(Path(tmp), modules[mode])
+                try:
+                    _produce(b, "warm", 2000)
+                    before = _produce_hist(http).get(float("inf"), 0.0)
+                    cpu0 = _cpu_seconds(b.pid)
+                    res = _produce(b, "load", messages)
+                    cpu = _cpu_seconds(b.pid) - cpu0
+                    if mode == "with":
+                        hist = _produce_hist(http)
+                        requests.append(hist.get(float("inf"), 0.0) - before)
+                        cpu_with.append(cpu)
+                finally:
+                    b.stop()
+            assert res["errors"] == 0, res
+            rate = res["messages"] / res["seconds"]
+            rates[mode].append(rate)
+            cpu_per_msg[mode].append(cpu / res["messages"] * 1e6)
+            print(f"round {r + 1} {mode:>7} histograms: {rate:8.0f} msg/s, "
+                  f"broker CPU {cpu_per_msg[mode][-1]:.1f} µs/msg", flush=True)  # fmt: skip
+    w, wo = statistics.median(rates["with"]), statistics.median(rates["without"])
+    cw, cwo = statistics.median(cpu_per_msg["with"]), statistics.median(cpu_per_msg["without"])
+    print(f"median: with {w:.0f} msg/s, without {wo:.0f} msg/s: {(wo - w) / wo * 100:+.1f} % cost")
+    print(f"broker CPU per message: with {cw:.1f} µs, without {cwo:.1f} µs: "
+          f"{(cw - cwo) / cwo * 100:+.1f} %")  # fmt: skip
+    per_request = statistics.median(
+        c / max(n, 1) * 1e6 for c, n in zip(cpu_with, requests, strict=True)
+    )
+    hook = hook_cost_us()
+    print(f"Produce requests per run: {statistics.median(requests):.0f}; broker CPU per "
+          f"Produce request {per_request:.0f} µs; the hook costs {hook:.2f} µs per request "
+          f"({hook / per_request * 100:.1f} % of it)")  # fmt: skip
+
+
+def _produce_hist(http: int) -> dict[float, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=20) as r:
+        text = r.read().decode()
+    out: dict[float, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name != "kafscale_request_duration_seconds":
+            continue
+        for s in fam.samples:
+            if s.name.endswith("_bucket") and s.labels.get("api") == "Produce":
+                le = float(s.labels["le"])
+                out[le] = out.get(le, 0.0) + s.value
+    return out
+
+
+def _quantile(q: float, buckets: dict[float, float]) -> float:
+    """``histogram_quantile`` over cumulative ``buckets`` (upper bound -> count)."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for b in bounds:
+        if buckets[b] >= rank:
+            if b == float("inf"):
+                return lower
+            return lower + (b - lower) * (rank - below) / max(buckets[b] - below, 1e-12)
+        lower, below = b, buckets[b]
+    return lower
+
+
+def cpu(rates: list[int], seconds: float) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        b, http = _broker(Path(tmp), "broker.cli")
+        try:
+            _produce(b, "steps", 2000)
+            print("rate msg/s | broker CPU % of one core | Produce p50 ms | p99 ms | client p99 ms")
+            for rate in rates:
+                h0, c0, t0 = _produce_hist(http), _cpu_seconds(b.pid), time.monotonic()
+                res = _produce(b, "steps", int(rate * seconds), rate)
+                h1, c1, t1 = _produce_hist(http), _cpu_seconds(b.pid), time.monotonic()
+                delta = {le: h1[le] - h0.get(le, 0.0) for le in h1}
+                util = (c1 - c0) / (t1 - t0) * 100
+                p50, p99 = _quantile(0.5, delta) * 1e3, _quantile(0.99, delta) * 1e3
+                got = res["messages"] / res["seconds"]
+                print(f"{rate:>6} ({got:6.0f}) | {util:5.1f} | {p50:6.2f} | {p99:6.2f} | "
+                      f"{res['p99_ms']:.1f}", flush=True)  # fmt: skip
+        finally:
+            b.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.obs", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("cost", help="per-request histogram overhead")
+    c.add_argument("--rounds", type=int, default=2)
+    c.add_argument("--messages", type=int, default=60_000)
+    u = sub.add_parser("cpu", help="produce latency against broker CPU")
+    u.add_argument("--rates", default="1000,2000,4000,8000,12000,16000")
+    u.add_argument("--seconds", type=float, default=6.0)
+    args = p.parse_args(argv)
+    if args.cmd == "cost":
+        cost(args.rounds, args.messages)
+    else:
+        cpu([int(r) for r in args.rates.split(",")], args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
