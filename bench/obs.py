@@ -15,8 +15,11 @@ interpolated within buckets as ``histogram_quantile`` does).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -40,6 +43,49 @@ def _broker(workdir: Path, module: str) -> tuple[BrokerProcess, int]:
     http = free_port()
     args = ("--http", f"127.0.0.1:{http}", "--log-level", "WARNING", "--default-partitions", "4")
     return start_broker(workdir, extra_args=args, module=module), http
+
+
+def _small_produce(spec: dict[str, Any]) -> dict[str, Any]:
+    """Full speed, one 100-byte message per Produce request (``linger.ms`` 0, batches of
+    one): the request-heavy worst case for per-request costs. Runs in its own process."""
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            "bootstrap.servers": spec["bootstrap"], "acks": "all", "linger.ms": 0,
+            "batch.num.messages": 1, "log_level": 3,
+        }
+    )  # fmt: skip
+    p.produce(spec["topic"], b"w", partition=0)
+    p.flush(30)
+    errors = 0
+
+    def done(err: Any, _msg: Any) -> None:
+        nonlocal errors
+        errors += err is not None
+
+    start = time.perf_counter()
+    for i in range(spec["messages"]):
+        while True:
+            try:
+                p.produce(spec["topic"], b"x" * 100, partition=i % 4, on_delivery=done)
+                break
+            except BufferError:
+                p.poll(0.005)
+        p.poll(0)
+    unsent = p.flush(120)
+    return {"messages": spec["messages"], "seconds": time.perf_counter() - start,
+            "errors": errors + unsent}  # fmt: skip
+
+
+def _run_small(b: BrokerProcess, topic: str, messages: int) -> dict[str, Any]:
+    spec = {"bootstrap": b.bootstrap, "topic": topic, "messages": messages}
+    cmd = [sys.executable, "-m", "bench.obs", "small-worker", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def _produce(b: BrokerProcess, topic: str, messages: int, rate: float = 0) -> dict[str, Any]:
@@ -72,7 +118,7 @@ def hook_cost_us(n: int = 200_000) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-def cost(rounds: int, messages: int) -> None:
+def cost(rounds: int, messages: int, small: bool = False) -> None:
     rates: dict[str, list[float]] = {"with": [], "without": []}
     cpu_per_msg: dict[str, list[float]] = {"with": [], "without": []}
     modules = {"with": "broker.cli", "without": "bench.nometrics_broker"}
@@ -87,7 +133,10 @@ def cost(rounds: int, messages: int) -> None:
                     _produce(b, "warm", 2000)
                     before = _produce_hist(http).get(float("inf"), 0.0)
                     cpu0 = _cpu_seconds(b.pid)
-                    res = _produce(b, "load", messages)
+                    if small:
+                        res = _run_small(b, "load", messages)
+                    else:
+                        res = _produce(b, "load", messages)
                     cpu = _cpu_seconds(b.pid) - cpu0
                     if mode == "with":
                         hist = _produce_hist(http)
@@ -100,7 +149,8 @@ def cost(rounds: int, messages: int) -> None:
             rates[mode].append(rate)
             cpu_per_msg[mode].append(cpu / res["messages"] * 1e6)
             print(f"round {r + 1} {mode:>7} histograms: {rate:8.0f} msg/s, "
-                  f"broker CPU {cpu_per_msg[mode][-1]:.1f} µs/msg", flush=True)  # fmt: skip
+                  f"broker CPU {cpu_per_msg[mode][-1]:.1f} µs/msg, "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     w, wo = statistics.median(rates["with"]), statistics.median(rates["without"])
     cw, cwo = statistics.median(cpu_per_msg["with"]), statistics.median(cpu_per_msg["without"])
     print(f"median: with {w:.0f} msg/s, without {wo:.0f} msg/s: {(wo - w) / wo * 100:+.1f} % cost")
@@ -150,7 +200,10 @@ def cpu(rates: list[int], seconds: float) -> None:
         b, http = _broker(Path(tmp), "broker.cli")
         try:
             _produce(b, "steps", 2000)
-            print("rate msg/s | broker CPU % of one core | Produce p50 ms | p99 ms | client p99 ms")
+            print(
+                "rate msg/s (got) | broker CPU % of one core | Produce p50 ms | p99 ms | "
+                "client p99 ms | machine load (1 min)"
+            )
             for rate in rates:
                 h0, c0, t0 = _produce_hist(http), _cpu_seconds(b.pid), time.monotonic()
                 res = _produce(b, "steps", int(rate * seconds), rate)
@@ -160,7 +213,7 @@ def cpu(rates: list[int], seconds: float) -> None:
                 p50, p99 = _quantile(0.5, delta) * 1e3, _quantile(0.99, delta) * 1e3
                 got = res["messages"] / res["seconds"]
                 print(f"{rate:>6} ({got:6.0f}) | {util:5.1f} | {p50:6.2f} | {p99:6.2f} | "
-                      f"{res['p99_ms']:.1f}", flush=True)  # fmt: skip
+                      f"{res['p99_ms']:.1f} | {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
         finally:
             b.stop()
 
@@ -171,12 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("cost", help="per-request histogram overhead")
     c.add_argument("--rounds", type=int, default=2)
     c.add_argument("--messages", type=int, default=60_000)
+    c.add_argument("--small", action="store_true", help="one 100-byte message per request")
+    w = sub.add_parser("small-worker", help=argparse.SUPPRESS)
+    w.add_argument("spec")
     u = sub.add_parser("cpu", help="produce latency against broker CPU")
     u.add_argument("--rates", default="1000,2000,4000,8000,12000,16000")
     u.add_argument("--seconds", type=float, default=6.0)
     args = p.parse_args(argv)
-    if args.cmd == "cost":
-        cost(args.rounds, args.messages)
+    if args.cmd == "small-worker":
+        print(json.dumps(_small_produce(json.loads(args.spec))), flush=True)
+    elif args.cmd == "cost":
+        cost(args.rounds, args.messages, args.small)
     else:
         cpu([int(r) for r in args.rates.split(",")], args.seconds)
     return 0

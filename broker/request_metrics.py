@@ -81,6 +81,8 @@ class RequestRecorder:
         self.open.set((listener,), 0)
         self.bad_input.inc((listener,), 0)
         self._children: dict[tuple[int, int], tuple[Hist, Hist, Hist, Hist, Hist, str]] = {}
+        self._codes: dict[str, dict[int, int]] = {}
+        self.responses.before_collect = self._fill_responses
 
     def connection(self) -> ConnectionRecorder:
         return ConnectionRecorder(self)
@@ -109,9 +111,33 @@ class RequestRecorder:
         return c
 
     def count_errors(self, api: str, response: Any) -> None:
-        codes = error_codes(response)
-        for code in codes:
-            self.responses.inc((api, _code_name(code)))
+        """Count the response's error codes (per API: code -> count, turned into the
+        ``responses`` family at scrape time)."""
+        counts = self._codes.get(api)
+        if counts is None:
+            counts = self._codes[api] = {}
+        if isinstance(response, Encoded):  # the fast paths: Produce, Fetch
+            src = response.source
+            if src is None:
+                return
+            if isinstance(src, list):
+                topics = src
+            else:
+                topics = src.topics
+                top = src.error_code
+                counts[top] = counts.get(top, 0) + 1
+            for t in topics:
+                for p in t.partitions:
+                    c = p.error_code
+                    counts[c] = counts.get(c, 0) + 1
+            return
+        for code in error_codes(response):
+            counts[code] = counts.get(code, 0) + 1
+
+    def _fill_responses(self) -> None:
+        for api, counts in self._codes.items():
+            for code, n in counts.items():
+                self.responses.set((api, _code_name(code)), n)
 
 
 def request_name(key: int) -> str:

@@ -14,7 +14,7 @@ docs/operations.md ("Metrics").
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -86,6 +86,9 @@ class Family:
         self.buckets = tuple(buckets)
         self.children: dict[tuple[str, ...], Hist] = {}
         self.values: dict[tuple[str, ...], float] = {}
+        # called before each collect: a recorder that counts in a cheaper shape of its
+        # own fills ``values`` from it here
+        self.before_collect: Callable[[], None] | None = None
 
     def child(self, *labels: str) -> Hist:
         h = self.children.get(labels)
@@ -103,6 +106,8 @@ class Family:
         self.values[labels] = value
 
     def collect(self) -> Metric:
+        if self.before_collect is not None:
+            self.before_collect()
         if self.kind == "histogram":
             h = HistogramMetricFamily(self.name, self.help, labels=self.labels)
             for labels, child in sorted(self.children.items()):
