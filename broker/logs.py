@@ -45,7 +45,7 @@ from broker.partition import (
     SegmentMeta,
     last_sequence,
 )
-from broker.reads import Reader, _last_offset
+from broker.reads import Reader
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
 from segments.format import index_key_for, iter_segment_batches, partition_prefix
@@ -138,7 +138,7 @@ class LogManager:
     async def read(self, lg: PartitionLog, offset: int, max_bytes: int) -> list[memoryview]:
         out = await self.reader.read(lg, offset, max_bytes)
         if out:
-            self.metrics.served(lg.topic, out, first_offset(out[0]), _last_offset(out[-1]))
+            self.metrics.served(lg.topic, out, first_offset(out[0]), self.reader.last_read)
         return out
 
     async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
