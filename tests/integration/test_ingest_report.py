@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ingest_job import cli
+from ingest_job.report import EXPORTED
 from tests.integration.test_ingest import _table_rows, env, spark  # noqa: F401 (fixtures)
 from tests.unit.ingest_job.conftest import KafsEnv
 from tests.unit.ingest_job.segdata import values_for
@@ -55,7 +56,9 @@ async def test_metrics_file_lag_and_freshness_match_table_and_log_ends(
     assert len(rows) == CAP
     table = "kafscale.orders"
     m = {}
-    for fam in text_string_to_metric_families(metrics.read_text()):
+    families = list(text_string_to_metric_families(metrics.read_text()))
+    assert {f.name for f in families} == set(EXPORTED)  # what the dashboard test trusts
+    for fam in families:
         for s in fam.samples:
             m[(s.name, tuple(sorted(s.labels.items())))] = s.value
     for w in writers:
