@@ -80,10 +80,6 @@ class Broker:
         self.config = config
         # metrics (docs/operations.md): the stores are timed at their boundary
         self.telemetry = Telemetry()
-        self.routes = build_routes()
-        self.requests = RequestRecorder(
-            self.telemetry, enabled=config.request_metrics, routes=self.routes
-        )
         self.meta: MetaStore = InstrumentedMeta(
             meta
             if meta is not None
@@ -92,6 +88,10 @@ class Broker:
         )
         self.store: ObjectStore = InstrumentedStore(
             store if store is not None else open_store(config.store_url), self.telemetry
+        )
+        self.routes = build_routes()
+        self.requests = RequestRecorder(
+            self.telemetry, enabled=config.request_metrics, routes=self.routes
         )
         self.log_metrics = LogMetrics(self.telemetry)
         self.cluster: Cluster = Cluster(self.meta, config)
