@@ -42,11 +42,14 @@ class GroupMetrics(Collector):
         yield from self._families
 
     async def refresh(self) -> None:
-        """Recompute the families (keeps the previous ones if the stores fail)."""
+        """Recompute the families (keeps the previous ones if that fails: the rest of
+        ``/metrics`` is served regardless)."""
         try:
             self._families = await self._compute()
         except MetaStoreError as exc:
             log.warning("consumer-group metrics not refreshed: %s", exc)
+        except Exception:  # a bug here must not take the whole scrape down
+            log.exception("consumer-group metrics failed")
 
     async def _compute(self) -> list[Metric]:
         members = GaugeMetricFamily(
