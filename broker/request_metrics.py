@@ -8,7 +8,7 @@ deferred response (``deferred``: the future's completion is the end of the wait 
 flush/commit), and the response went out (``finished``). Responses leave in request
 order, so the per-connection queue of started requests needs no ids. Times come from
 ``time.perf_counter``; with ``enabled=False`` (``BrokerConfig.request_metrics``, an
-internal switch for bench/broker.py to measure their cost) only connections are counted.
+internal switch for bench/obs.py to measure their cost) only connections are counted.
 """
 
 from __future__ import annotations
