@@ -38,3 +38,21 @@ def test_tracebacks_stay_on_one_line() -> None:
     assert "\n" not in line
     obj = json.loads(line)
     assert obj["exc"].startswith("Traceback") and "ValueError: boom" in obj["exc"]
+
+
+def test_every_command_takes_log_format() -> None:
+    import pytest
+
+    from broker.cli_broker import broker_parser
+    from broker.cli_groups import _parser as groups_parser
+    from broker.repair import _parser as truncate_parser
+    from ingest_job.cli import ingest_parser, maintain_parser
+
+    assert broker_parser().parse_args(["--log-format", "json"]).log_format == "json"
+    assert groups_parser().parse_args(["--log-format", "json", "list"]).log_format == "json"
+    argv = ["t", "0", "--to", "1", "--log-format", "json"]
+    assert truncate_parser().parse_args(argv).log_format == "json"
+    assert ingest_parser().parse_args(["--log-format", "json"]).log_format == "json"
+    assert maintain_parser().parse_args([]).log_format == "text"
+    with pytest.raises(SystemExit):
+        ingest_parser().parse_args(["--log-format", "xml"])
