@@ -342,7 +342,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             handler_failed(hdr.api_key, hdr.api_version, exc)
             return hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR), size
         if inspect.isawaitable(result):
-            result = self.rec.deferred(asyncio.ensure_future(result))
+            result = asyncio.ensure_future(self.rec.deferred(result))
         elif result is None:
             self.rec.finished(None, None)
             self._answered(size)

@@ -4,8 +4,8 @@
 A :class:`RequestRecorder` per listener owns the families; each connection gets a
 :class:`ConnectionRecorder` from it (``recorder.connection()``) and tells it, in order:
 a frame arrived (``arrived``), its request started (``started``), the handler returned a
-deferred response (``deferred``: the future's completion is the end of the wait on a
-flush/commit), and the response went out (``finished``). Responses leave in request
+deferred response (``deferred`` wraps it: its completion ends the wait on the flush and
+commit), and the response went out (``finished``). Responses leave in request
 order, so the per-connection queue of started requests needs no ids. Times come from
 ``time.perf_counter``; with ``enabled=False`` (``BrokerConfig.request_metrics``, an
 internal switch for bench/obs.py to measure their cost) only connections are counted.
@@ -13,10 +13,9 @@ internal switch for bench/obs.py to measure their cost) only connections are cou
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from broker.handlers.registry import Encoded
@@ -26,6 +25,10 @@ from protocol.errors import ErrorCode
 from protocol.frame import RequestHeader
 
 _now = time.perf_counter
+
+#: one (API, version)'s histograms: total, queued, commit wait, request size, response
+#: size, and the API's name
+Children = tuple[Hist, Hist, Hist, Hist, Hist, str]
 
 
 class RequestRecorder:
@@ -80,14 +83,14 @@ class RequestRecorder:
         )
         self.open.set((listener,), 0)
         self.bad_input.inc((listener,), 0)
-        self._children: dict[tuple[int, int], tuple[Hist, Hist, Hist, Hist, Hist, str]] = {}
+        self._children: dict[tuple[int, int], Children] = {}
         self._codes: dict[str, dict[int, int]] = {}
         self.responses.before_collect = self._fill_responses
 
     def connection(self) -> ConnectionRecorder:
         return ConnectionRecorder(self)
 
-    def children(self, key: int, version: int) -> tuple[Hist, Hist, Hist, Hist, Hist, str]:
+    def children(self, key: int, version: int) -> Children:
         c = self._children.get((key, version))
         if c is None:
             route = self.routes.get(key) if self.routes is not None else None
@@ -146,15 +149,6 @@ def request_name(key: int) -> str:
     return "".join(w.capitalize() for w in api_name(key).split("_"))
 
 
-class _Pending:
-    __slots__ = ("arrived", "children", "size")
-
-    def __init__(self, arrived: float, size: int) -> None:
-        self.arrived = arrived
-        self.size = size
-        self.children: tuple[Hist, Hist, Hist, Hist, Hist, str] | None = None
-
-
 class ConnectionRecorder:
     """One connection's side of the hook (see the module doc)."""
 
@@ -162,8 +156,8 @@ class ConnectionRecorder:
 
     def __init__(self, rec: RequestRecorder) -> None:
         self.rec = rec
-        self._arrived: deque[_Pending] = deque()
-        self._started: deque[_Pending] = deque()
+        self._arrived: deque[tuple[float, int]] = deque()  # (arrival time, frame size)
+        self._started: deque[tuple[float, Children]] = deque()  # (arrival, histograms)
 
     def opened(self) -> None:
         rec = self.rec
@@ -178,37 +172,43 @@ class ConnectionRecorder:
 
     def arrived(self, size: int) -> None:
         if self.rec.enabled:
-            self._arrived.append(_Pending(_now(), size))
+            self._arrived.append((_now(), size))
 
     def started(self, hdr: RequestHeader) -> None:
         if not self.rec.enabled or not self._arrived:
             return
-        p = self._arrived.popleft()
-        p.children = c = self.rec.children(hdr.api_key, hdr.api_version)
-        c[1].observe(_now() - p.arrived)
-        c[3].observe(p.size)
-        self._started.append(p)
+        arrived, size = self._arrived.popleft()
+        c = self.rec.children(hdr.api_key, hdr.api_version)
+        c[1].observe(_now() - arrived)
+        c[3].observe(size)
+        self._started.append((arrived, c))
 
-    def deferred(self, fut: asyncio.Future[Any]) -> asyncio.Future[Any]:
-        """``fut`` is the deferred response of the request started last."""
-        if self.rec.enabled and self._started:
-            p = self._started[-1]
-            begun = _now()
-            fut.add_done_callback(lambda _f: p.children[2].observe(_now() - begun))  # type: ignore[index]
-        return fut
+    def deferred(self, response: Awaitable[Any]) -> Awaitable[Any]:
+        """``response`` is the deferred response of the request started last: returned
+        wrapped so that its completion is timed (a coroutine frame around it, cheaper than
+        a done callback, which costs a loop handle per response)."""
+        if not self.rec.enabled or not self._started:
+            return response
+        return _timed(response, self._started[-1][1][2])
 
     def finished(self, response: Any, buffers: list[Any] | None) -> None:
         """The response of the oldest started request went out (``buffers`` None: no
         response, an acks=0 Produce)."""
         if not self._started:
             return
-        p = self._started.popleft()
-        c = p.children
-        assert c is not None
-        c[0].observe(_now() - p.arrived)
-        if buffers:
-            c[4].observe(sum(b.nbytes if isinstance(b, memoryview) else len(b) for b in buffers))
+        arrived, c = self._started.popleft()
+        c[0].observe(_now() - arrived)
+        if buffers:  # bytes, bytearrays and byte-format memoryviews: len() is the size
+            c[4].observe(sum(map(len, buffers)))
             self.rec.count_errors(c[5], response)
+
+
+async def _timed(response: Awaitable[Any], hist: Hist) -> Any:
+    begun = _now()
+    try:
+        return await response
+    finally:
+        hist.observe(_now() - begun)
 
 
 # -- error codes in responses ---------------------------------------------------------------

@@ -52,10 +52,10 @@ async def test_pipelined_requests_are_timed_in_order_and_deferred_waits_counted(
     conn.started(_hdr(ApiKey.METADATA, 12))
     conn.started(_hdr(ApiKey.PRODUCE, 9))
     fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-    conn.deferred(fut)
+    task = asyncio.ensure_future(conn.deferred(fut))  # as the connection does
     conn.finished(error_response(ApiKey.METADATA, ErrorCode.NONE), [b"x" * 30])
-    fut.set_result(None)
-    await asyncio.sleep(0)  # done callbacks run
+    fut.set_result("answer")
+    assert await task == "answer"
     topics = [
         ProduceTopicResult(
             "t",
