@@ -60,7 +60,7 @@ class RequestRecorder:
         )
         self.commit_wait = t.histogram(
             "request_commit_wait_seconds",
-            "Time a deferred response (acks=1/all Produce) waited on its flush and commit.",
+            "Time a deferred response (Produce) waited on its flush and commit.",
             ("api", "version"),
         )
         self.request_size = t.histogram(
