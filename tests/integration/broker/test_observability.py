@@ -2,14 +2,17 @@
 parsed with ``prometheus_client.parser``; the Grafana dashboard's queries checked against
 what the broker exports; ``/healthz`` and ``/readyz``; ``--log-format json``.
 
-One broker (``--lease-ttl 3`` so that the keep-alive wakes every second) serves the whole
-module; the load is produced once (module fixture) and every test reads it.
+One broker (``--lease-ttl 3`` so that the keep-alive wakes every second) serves the
+module; the load is produced once (module fixture) and the tests read it. The liveness
+test freezes a broker of its own.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
 import struct
 import time
@@ -272,3 +275,38 @@ def test_probes_and_json_logs(loaded: Loaded) -> None:
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
     assert any(r["logger"] == "broker.server" and "serving" in r["message"] for r in records)
     assert not [r for r in records if "exc" in r]
+
+
+def test_liveness_fails_after_the_event_loop_was_starved(tmp_path: Path) -> None:
+    """A broker frozen (SIGSTOP) for 16 s, longer than its keep-alive interval (10 s, from
+    --lease-ttl 30) plus the 5 s liveness bound, wakes with its keep-alive at least 6 s
+    late: /healthz answers 503 naming it until the next keep-alive on schedule, then 200."""
+    http = free_port()
+    b = start_broker(tmp_path, extra_args=("--http", f"127.0.0.1:{http}", "--lease-ttl", "30"))
+    try:
+        url = f"http://127.0.0.1:{http}"
+        deadline = time.monotonic() + 60
+        while _get(f"{url}/readyz")[0] != 200:
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.2)
+        assert _get(f"{url}/healthz") == (200, "ok\n")
+        os.kill(b.pid, signal.SIGSTOP)
+        time.sleep(16)  # the fault: no event loop for 16 s
+        os.kill(b.pid, signal.SIGCONT)
+        unhealthy = ""
+        status, text = 0, ""
+        deadline = time.monotonic() + 90  # the 503 lasts until the next keep-alive (~10 s)
+        while time.monotonic() < deadline:
+            status, text = _get(f"{url}/healthz")
+            if status == 503 and not unhealthy:
+                unhealthy = text
+            if status == 200 and unhealthy:
+                break
+            time.sleep(0.2)
+        assert "keep-alive woke" in unhealthy, (status, text)
+        assert (status, text) == (200, "ok\n")
+        m = scrape(http)
+        assert m.value("kafscale_lease_keepalive_delay_seconds_sum") >= 6
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+        b.stop()
