@@ -2,8 +2,8 @@
 parsed with ``prometheus_client.parser``; the Grafana dashboard's queries checked against
 what the broker exports; ``/healthz`` and ``/readyz``; ``--log-format json``.
 
-One broker (``--lease-ttl 3`` so that the keep-alive wakes every second) serves the
-module; the load is produced once (module fixture) and the tests read it. The liveness
+One broker per backend (``--lease-ttl 3`` so that the keep-alive wakes every second)
+serves the module; the load is produced once (module fixture) and the tests read it. The liveness
 test freezes a broker of its own.
 """
 
@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+from tests.integration.conftest import BACKENDS, backend_kwargs
 
 pytestmark = pytest.mark.integration
 
@@ -120,16 +121,24 @@ def _consume_and_stop(bootstrap: str, want: int) -> dict[int, int]:
         c.close()
 
 
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def loaded(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Loaded]:
+    """The loaded broker on each backend: local, then SeaweedFS S3 + etcd (whose store and
+    metadata latencies are the ones the dashboard's S3 and etcd panels show)."""
     http = free_port()
+    kw = backend_kwargs(request, request.param)
     b = start_broker(
         tmp_path_factory.mktemp("obs"),
+        store_url=kw.get("store_url"),
+        meta_url=kw.get("meta_url"),
         extra_args=(
             "--http", f"127.0.0.1:{http}",
             "--lease-ttl", "3",
             "--default-partitions", str(PARTITIONS),
             "--log-format", "json",
+            *kw.get("extra_args", ()),
         ),
     )  # fmt: skip
     try:
