@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from broker.cli import EnvParser, bool_arg
 from broker.cli_security import add_broker_flags as add_security_flags
 from broker.cli_security import security_config
 from broker.config import BrokerConfig
+from broker.logfmt import FORMATS, setup_logging
 
 LOCAL_FLUSH_INTERVAL_MS = 2  # a local directory commits in a few ms
 S3_FLUSH_INTERVAL_MS = 5  # an S3 PUT takes tens of ms: batch a little more
@@ -179,7 +181,14 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         int,
         "committed offsets of empty groups expire after this (default 10080)",
     ),
+    (
+        "lag-metrics-max-partitions",
+        "lag_metrics_max_partitions",
+        int,
+        "most consumer-lag series /metrics exports (default 1000; docs/operations.md)",
+    ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
+    ("log-format", "", str, "text (default) or json: one JSON object per line"),
 ]
 
 
@@ -267,10 +276,11 @@ def main(argv: list[str]) -> int:
     """``kafscale broker [FLAGS]``: run a broker until SIGTERM/SIGINT."""
     _fixed_mmap_threshold()
     config, level = config_from_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    fmt = str(vars(broker_parser().parse_args(argv))["log_format"] or "text")
+    if fmt not in FORMATS:
+        print(f"kafscale broker: --log-format {fmt!r}: choose text or json", file=sys.stderr)
+        return 2
+    setup_logging(level, fmt)
     from broker.server import serve
 
     try:

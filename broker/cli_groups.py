@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from broker.cli import EnvParser
+from broker.logfmt import FORMATS, setup_logging
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -31,6 +32,7 @@ EXIT_OK, EXIT_ERROR = 0, 1
 def _parser() -> EnvParser:
     pp = EnvParser("kafscale groups", description=__doc__.split("\n\n")[0])
     pp.option("--bootstrap", "broker HOST:PORT (default 127.0.0.1:9092)", default="127.0.0.1:9092")
+    pp.option("--log-format", "text or json: warnings on stderr", default="text", choices=FORMATS)
     sub = pp.parser.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", help="list consumer groups")
     ls.add_argument("--state", nargs="?", const="", default=None, help="show states [filter]")
@@ -259,6 +261,7 @@ def main(
     out = out or sys.stdout
     err = err or sys.stderr
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    setup_logging("WARNING", args.log_format)
     try:
         admin = _admin(args.bootstrap)
     except Exception as exc:  # noqa: BLE001 - a CLI reports and exits

@@ -69,6 +69,10 @@ def rendezvous(key: str, brokers: list[BrokerInfo]) -> BrokerInfo | None:
 WATCH_RETRY_S = 0.5  # pause after a failed watch (metadata store down) before a new one
 
 
+def _ignore(_delay: float) -> None:
+    return None
+
+
 class Cluster:
     """This broker's registration and the live membership it sees."""
 
@@ -94,6 +98,8 @@ class Cluster:
         self._lease_until = 0.0
         self._poke = asyncio.Event()
         self.stats = {"lease_refreshes": 0, "lease_losses": 0, "max_refresh_gap_s": 0.0}
+        # told how late each keep-alive wake-up was (broker/log_metrics.py, /healthz)
+        self.on_keepalive: Callable[[float], None] = _ignore
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -190,10 +196,12 @@ class Cluster:
         interval = max(0.2, self.config.lease_ttl_s / 3)
         last = loop.time()
         while True:
+            due = loop.time() + interval
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poke.wait(), interval)  # a timer, or a poke
             self._poke.clear()
             sent = loop.time()
+            self.on_keepalive(max(0.0, sent - due))
             gap = sent - last
             if gap > self.stats["max_refresh_gap_s"]:
                 self.stats["max_refresh_gap_s"] = gap

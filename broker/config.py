@@ -65,6 +65,10 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 0
     # listeners, TLS, SASL, ACLs (broker/security/, docs/operations.md "Security")
     security: SecurityConfig = SecurityConfig()
+    # observability (docs/operations.md, "Metrics")
+    lag_metrics_max_partitions: int = 1000  # consumer-lag series per broker, at most
+    # per-request histograms; an internal switch for bench/obs.py to measure their cost
+    request_metrics: bool = True
 
     @staticmethod
     def new_cluster_id() -> str:

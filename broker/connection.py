@@ -66,6 +66,7 @@ from protocol.frame import RequestHeader, parse_request_header
 from segments.store import StoreError
 
 if TYPE_CHECKING:
+    from broker.request_metrics import RequestRecorder
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -92,11 +93,18 @@ class _Raw:
 
 
 class Connection(PartialFrames, asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: Listener | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        listener: Listener | None = None,
+        recorder: RequestRecorder | None = None,
+    ) -> None:
         self.broker = broker
         self.listener = listener
         self.session = Session(listener)
         self._auth_timer: asyncio.TimerHandle | None = None
+        # the metrics hook (broker/request_metrics.py): the one place requests are timed
+        self.rec = (recorder or broker.requests).connection()
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self._scratch = bytearray(SCRATCH)
@@ -139,6 +147,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
         self._start_session(transport)
         self.broker.connections.add(self)
+        self.rec.opened()
         self._tasks = [
             asyncio.create_task(self._process_loop(), name=f"conn-process {self.peer}"),
             asyncio.create_task(self._write_loop(), name=f"conn-write {self.peer}"),
@@ -166,6 +175,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         peer_closed = not self._closed
         self._closed = True
         self.broker.connections.discard(self)
+        self.rec.closed()
         self.broker.admission.forget(self)
         self._drop_partial()
         if peer_closed and (self._busy or self._frames) and len(self._tasks) == 2:
@@ -222,6 +232,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
                 log.warning("closing %s: frame size %d outside 0..%d", self.peer, size, limit)
+                self.rec.closed_bad_input()
                 self.close()
                 return
             have = end - pos - 4
@@ -259,6 +270,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
 
     def _deliver(self, frame: bytearray) -> None:
         self._frames.append(frame)
+        self.rec.arrived(len(frame))
         self.inflight += len(frame)
         self.broker.admission.acquire(self, len(frame))
         self._frames_ready.set()
@@ -348,6 +360,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                 item = await self._dispatch(frame)
             except KafkaProtocolError as exc:  # the frame does not decode
                 log.warning("closing %s: %s", self.peer, exc)
+                self.rec.closed_bad_input()
                 self.close()
                 return
             except Exception:
@@ -371,6 +384,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             return await self._raw_token(frame)
         mv = memoryview(frame)
         hdr = parse_request_header(mv)
+        self.rec.started(hdr)
         api = self.broker.routes.get(hdr.api_key)
         if not session.permits(hdr.api_key):
             why = "after its session expired" if session.authenticated else "unauthenticated"
@@ -405,8 +419,9 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             self._mute_after[hdr.correlation_id] = ctx.throttle_ms
             self._mute(ctx.throttle_ms)
         if inspect.isawaitable(result):
-            result = asyncio.ensure_future(result)
+            result = asyncio.ensure_future(self.rec.deferred(result))
         elif result is None:
+            self.rec.finished(None, None)
             self._answered(size)
             if self._mute_after.pop(hdr.correlation_id, 0) > 0:  # acks=0: no response
                 self._mute(ctx.throttle_ms)
@@ -461,6 +476,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
                 mute = self._mute_after.pop(hdr.correlation_id, 0)
                 if mute > 0:
                     self._mute(mute)
+            self.rec.finished(item, bufs)
             if bufs:
                 self._send(bufs)
                 if self.session.failed:  # authentication failed: answered, now close

@@ -128,12 +128,15 @@ class Flusher:
         task.add_done_callback(self._cycles.remove)
 
     async def _run_cycle(self, jobs: list[Job], prev: asyncio.Task[None] | None) -> None:
+        started = time.perf_counter()
         try:
             await self.cycle(jobs, prev)
         except Exception:  # never let a failed cycle go unlogged
             log.exception("flush cycle failed")
             for lg, pend in jobs:  # nothing may wait forever on a cycle that died
                 lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+        finally:
+            self.logs.metrics.flush_cycle.observe(time.perf_counter() - started)
 
     async def cycle(self, jobs: list[Job], prev: asyncio.Task[None] | None = None) -> None:
         loop = asyncio.get_running_loop()
@@ -202,6 +205,7 @@ class Flusher:
             self.logs.cache.put(key, data, parse_index(built.index), etag)
             self.stats["segments"] += 1
             self.stats["segment_bytes"] += built.size
+            self.logs.metrics.segment_written(lg.topic, built.size, built.record_count, pend)
             return SegmentMeta(
                 base,
                 built.last_offset,

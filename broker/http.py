@@ -1,13 +1,20 @@
 """The broker's HTTP endpoint (``--http HOST:PORT``), served by aiohttp:
 
-- ``/healthz``: 200 while the process is up;
-- ``/readyz``: 200 once the broker has started (registered, topics loaded, listening),
-  503 before;
-- ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`.
+- ``/healthz`` (liveness): 200 while the event loop keeps up; 503 when the lease
+  keep-alive last woke more than ``LIVENESS_DELAY_S`` past its schedule (a starved loop;
+  a wedged one does not answer at all, which the probe's timeout catches). A metadata
+  store outage does not fail it: restarting would not help;
+- ``/readyz`` (readiness): 200 while the broker is registered and serving (started, and
+  its lease confirmed by the metadata store), 503 otherwise;
+- ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`
+  (consumer-group figures are recomputed first, within ``GROUP_REFRESH_S``).
+
+docs/operations.md, "Monitoring", has the probe settings.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -22,6 +29,8 @@ log = logging.getLogger(__name__)
 
 TEXT = "text/plain"
 SHUTDOWN_TIMEOUT_S = 2.0  # a scrape in progress at broker shutdown gets this long
+GROUP_REFRESH_S = 5.0  # a scrape waits at most this long for the consumer-group figures
+LIVENESS_DELAY_S = 5.0  # a keep-alive wake-up later than this: the loop is starved
 
 
 class HttpServer:
@@ -58,16 +67,35 @@ class HttpServer:
         await self._runner.cleanup()
 
     async def _healthz(self, _request: web.Request) -> web.Response:
+        problem = liveness_problem(self.broker)
+        if problem:
+            return web.Response(status=503, text=problem + "\n", content_type=TEXT)
         return web.Response(text="ok\n", content_type=TEXT)
 
     async def _readyz(self, _request: web.Request) -> web.Response:
-        if self.broker.started.is_set():
-            return web.Response(text="ready\n", content_type=TEXT)
-        return web.Response(status=503, text="starting\n", content_type=TEXT)
+        if not self.broker.started.is_set():
+            return web.Response(status=503, text="starting\n", content_type=TEXT)
+        if not self.broker.cluster.lease_valid():
+            return web.Response(status=503, text="lease not confirmed\n", content_type=TEXT)
+        return web.Response(text="ready\n", content_type=TEXT)
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        try:
+            await asyncio.wait_for(self.broker.group_metrics.refresh(), GROUP_REFRESH_S)
+        except TimeoutError:
+            log.warning("consumer-group metrics took over %.0f s; served the last", GROUP_REFRESH_S)
         body, content_type = exposition(self.registry, request.headers.get("Accept"))
         return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+def liveness_problem(broker: Broker) -> str:
+    """Why the broker's event loop looks starved or wedged ("" when it does not)."""
+    woke, delay = broker.log_metrics.last_keepalive
+    if not woke:  # not started yet (the keep-alive starts with the cluster)
+        return ""
+    if delay > LIVENESS_DELAY_S:
+        return f"lease keep-alive woke {delay:.1f} s late"
+    return ""
 
 
 async def start_http(broker: Broker, hostport: str) -> HttpServer:

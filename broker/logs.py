@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from broker.commit import Committer
 from broker.flush import Flusher
+from broker.log_metrics import LogMetrics, first_offset, loss_reason
 from broker.maintenance import Maintenance
 from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, MetaStoreError, Put
 from broker.meta.schema import (
@@ -68,8 +69,10 @@ class LogManager:
         store: ObjectStore,
         cluster: Cluster,
         topics: TopicManager,
+        metrics: LogMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or LogMetrics()
         self.meta = meta
         self.store = store
         self.cluster = cluster
@@ -133,7 +136,10 @@ class LogManager:
         return self.reader.object_key(lg, seg)
 
     async def read(self, lg: PartitionLog, offset: int, max_bytes: int) -> list[memoryview]:
-        return await self.reader.read(lg, offset, max_bytes)
+        out = await self.reader.read(lg, offset, max_bytes)
+        if out:
+            self.metrics.served(lg.topic, out, first_offset(out[0]), self.reader.last_read)
+        return out
 
     async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
         return await self.reader.segment_batches(lg, seg)
@@ -247,6 +253,7 @@ class LogManager:
         )
         await self._rebuild_producers(lg)
         self.logs[(topic, partition)] = lg
+        self.metrics.ownership_acquired()
         if self.maintenance is not None:
             self.maintenance.acquired(lg)
         log.info(
@@ -317,6 +324,7 @@ class LogManager:
         await self._release_key(lg)
         if self.logs.get((lg.topic, lg.partition)) is lg:
             self.logs.pop((lg.topic, lg.partition), None)
+            self.metrics.ownership_lost("handoff")
         self._forget(lg)
         lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         log.info("handed off %s-%d", lg.topic, lg.partition)
@@ -332,6 +340,7 @@ class LogManager:
         next request takes the partition afresh from the metadata store."""
         if self.logs.get((lg.topic, lg.partition)) is lg:
             self.logs.pop((lg.topic, lg.partition), None)
+            self.metrics.ownership_lost(loss_reason(why))
             log.warning("dropped %s-%d (epoch %d): %s", lg.topic, lg.partition, lg.epoch, why)
         self._forget(lg)
         lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -351,6 +360,7 @@ class LogManager:
         for (topic, partition), lg in list(self.logs.items()):
             if topic == name and (info is None or lg.topic_id != getattr(info, "topic_id", None)):
                 self.logs.pop((topic, partition), None)
+                self.metrics.ownership_lost("topic_deleted")
                 self._forget(lg)
                 lg.close(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if info is None:

@@ -90,6 +90,7 @@ class Maintenance:
             "dropped_segments": 0,
             "deleted": 0,
             "failures": 0,
+            "reclaimed_bytes": 0,
         }
 
     def start(self) -> None:
@@ -384,6 +385,7 @@ class Maintenance:
             if dropped:
                 self.deleter.retire(lg, dropped)
                 self.stats["dropped_segments"] += len(dropped)
+                self.stats["reclaimed_bytes"] += sum(s.size for s in dropped)
                 log.info(
                     "log start of %s-%d is now %d (%d segments dropped)",
                     lg.topic,

@@ -57,6 +57,18 @@ GAUGES: dict[str, tuple[str, Callable[[Broker], float]]] = {
         "Bytes held by the segment cache.",
         lambda b: b.logs.cache.bytes,
     ),
+    "admission_paused_connections": (
+        "Connections not being read because of in-flight limits (admission control).",
+        lambda b: sum(1 for c in b.connections if c.paused),
+    ),
+    "admission_held_bytes": (
+        "Unanswered request bytes of connections paused by admission control.",
+        lambda b: sum(int(getattr(c, "inflight", 0)) for c in b.connections if c.paused),
+    ),
+    "admission_frame_bytes": (
+        "Announced bytes of partially received frames reserved (--queued-max-request-bytes).",
+        lambda b: b.admission.frame_bytes,
+    ),
 }
 
 #: counter name (without prefix and ``_total``) -> (HELP, how to read it)
@@ -97,6 +109,10 @@ MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
     "deleted": (
         "maintenance_deleted_objects",
         "Replaced or expired segment objects deleted after the grace period.",
+    ),
+    "reclaimed_bytes": (
+        "maintenance_reclaimed_bytes",
+        "Bytes of the segments dropped by retention or DeleteRecords (deleted after the grace).",
     ),
     "failures": (
         "maintenance_failures",
@@ -174,9 +190,13 @@ class BrokerCollector(Collector):
 
 
 def broker_registry(broker: Broker) -> CollectorRegistry:
-    """A registry of its own for ``broker`` (not prometheus-client's global one)."""
+    """A registry of its own for ``broker`` (not prometheus-client's global one): the
+    figures read at scrape time, the event metrics (``broker.telemetry``: requests, stores,
+    write/read paths, ownership) and the consumer groups (``broker.group_metrics``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker))
+    registry.register(broker.telemetry)
+    registry.register(broker.group_metrics)
     return registry
 
 

@@ -37,6 +37,7 @@ class Reader:
     def __init__(self, logs: LogManager) -> None:
         self.logs = logs
         self.namespace = logs.config.namespace
+        self.last_read = -1
 
     def object_key(self, lg: PartitionLog, seg: SegmentMeta) -> str:
         """The object key of a committed segment (entries name theirs; legacy entries
@@ -75,6 +76,7 @@ class Reader:
         total = 0
         remote_reads = 0
         attempts = 0
+        self.last_read = -1  # the last offset in ``out`` (read by the metrics, logs.py)
         while offset < lg.hw and total < max_bytes:
             idx = lg.segment_index(offset)
             if idx < 0:
@@ -107,7 +109,7 @@ class Reader:
                 break
             out.append(view)
             total += len(view)
-            last = _last_offset(view)
+            last = self.last_read = _last_offset(view)
             if last < seg.last and not seg.cleaned:  # the budget ended inside this segment
                 break
             offset = last + 1  # (a compacted segment may end in a gap: read on to see)

@@ -38,6 +38,7 @@ import uuid
 from dataclasses import dataclass
 
 from broker.cli import EnvParser
+from broker.logfmt import FORMATS, setup_logging
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_meta
 from broker.meta.schema import SegmentMeta, TopicInfo, end_json, owner_value, topic_key
 from segments.format import (
@@ -253,6 +254,7 @@ def _parser() -> EnvParser:
     p.option("--meta-prefix", "key prefix in the metadata store", default="/kafscale")
     p.option("--data-dir", "directory of the embedded metadata store", default="./data")
     p.option("--namespace", "object key namespace", default="default")
+    p.option("--log-format", "text or json: warnings on stderr", default="text", choices=FORMATS)
     return p
 
 
@@ -271,6 +273,7 @@ async def _run(args: argparse.Namespace) -> list[str]:
 def truncate_main(argv: list[str]) -> int:
     """``kafscale partitions truncate ...`` (``broker.cli`` dispatches here)."""
     args = _parser().parse_args(argv)
+    setup_logging("WARNING", args.log_format)
     try:
         lines = asyncio.run(_run(args))
     except RepairError as exc:

@@ -16,14 +16,19 @@ from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.fetch_sessions import FetchSessionCache
+from broker.group_metrics import GroupMetrics
 from broker.group_store import MetaGroupStore
 from broker.handlers.routes import build_routes
+from broker.instrumented import InstrumentedMeta, InstrumentedStore
+from broker.log_metrics import LogMetrics
 from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
 from broker.quotas import QuotaStore
+from broker.request_metrics import RequestRecorder
 from broker.security.config import Listener
 from broker.security.manager import SecurityManager
+from broker.telemetry import Telemetry
 from broker.topics import TopicManager
 from groupcoord import GroupConfig, GroupCoordinator
 from segments.store import ObjectStore, open_store
@@ -77,7 +82,9 @@ class Broker:
         store: ObjectStore | None = None,
     ) -> None:
         self.config = config
-        self.meta: MetaStore = (
+        # metrics (docs/operations.md): the stores are timed at their boundary
+        self.telemetry = Telemetry()
+        self.meta: MetaStore = InstrumentedMeta(
             meta
             if meta is not None
             else open_meta(
@@ -85,15 +92,26 @@ class Broker:
                 config.data_dir,
                 config.meta_prefix,
                 etcd_auth=config.security.etcd_auth(),
-            )
+            ),
+            self.telemetry,
         )
-        self.store: ObjectStore = store if store is not None else open_store(config.store_url)
+        self.store: ObjectStore = InstrumentedStore(
+            store if store is not None else open_store(config.store_url), self.telemetry
+        )
         self.routes = build_routes()
+        self.requests = RequestRecorder(
+            self.telemetry, enabled=config.request_metrics, routes=self.routes
+        )
+        self.log_metrics = LogMetrics(self.telemetry)
         self.cluster: Cluster = Cluster(self.meta, config)
         self.topics: TopicManager = TopicManager(
             self.meta, config, store=self.store, namespace=config.namespace
         )
-        self.logs: LogManager = LogManager(config, self.meta, self.store, self.cluster, self.topics)
+        self.logs: LogManager = LogManager(
+            config, self.meta, self.store, self.cluster, self.topics, self.log_metrics
+        )
+        self.cluster.on_keepalive = self.log_metrics.keepalive_delay
+        self.group_metrics = GroupMetrics(self, config.lag_metrics_max_partitions)
         self.producer_ids = ProducerIds(self.meta)
         self.quotas = QuotaStore(self.meta)  # client quotas (issue 12)
         self.fetch_sessions = FetchSessionCache(config.max_fetch_sessions)  # KIP-227
@@ -145,8 +163,14 @@ class Broker:
         self.started.set()
 
     async def _listen(self, loop: asyncio.AbstractEventLoop, listener: Listener) -> asyncio.Server:
+        recorder = RequestRecorder(
+            self.telemetry,
+            listener=listener.name.lower(),
+            enabled=self.config.request_metrics,
+            routes=self.routes,
+        )
         return await loop.create_server(
-            lambda: Connection(self, listener),
+            lambda: Connection(self, listener, recorder),
             listener.host,
             listener.port,
             ssl=self.security.ssl_context(listener),

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from broker.cli import EnvParser, run_guarded
+from broker.logfmt import FORMATS, setup_logging
 from ingest_job.model import IngestError
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,11 @@ def ingest_parser() -> EnvParser:
         "--unit-bytes", "segment bytes per Spark task", default=str(64 * 1024 * 1024), type=int
     )
     pp.option("--log-level", "logging level", default="INFO")
+    pp.option("--log-format", "text or json (one object per line)", default="text", choices=FORMATS)
+    pp.option(
+        "--metrics-file",
+        "write the run's metrics here as Prometheus text (node-exporter textfile collector)",
+    )
     return pp
 
 
@@ -88,6 +94,7 @@ def maintain_parser() -> EnvParser:
     )
     pp.option("--target-file-mb", "compaction target file size", default="128", type=float)
     pp.option("--log-level", "logging level", default="INFO")
+    pp.option("--log-format", "text or json (one object per line)", default="text", choices=FORMATS)
     return pp
 
 
@@ -97,9 +104,7 @@ def _say(line: str) -> None:
 
 def _ingest(argv: Sequence[str]) -> int:
     args = ingest_parser().parse_args(list(argv))
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(args.log_level, args.log_format)
     if not args.topics:
         print("kafscale ingest: --topics is required (or KAFSCALE_TOPICS)", file=sys.stderr)
         return 2
@@ -129,14 +134,17 @@ def _ingest(argv: Sequence[str]) -> int:
     summary = run_ingest(cfg, say=_say)
     for line in summary.lines():
         _say(line)
+    from ingest_job.report import json_line, write_metrics_file
+
+    _say(json_line(summary))
+    if args.metrics_file:
+        write_metrics_file(summary, args.metrics_file)
     return 0
 
 
 def _maintain(argv: Sequence[str]) -> int:
     args = maintain_parser().parse_args(list(argv))
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(args.log_level, args.log_format)
     if not (args.compact or args.expire_snapshots or args.remove_orphans):
         print(
             "kafscale ingest maintain: give --compact, --expire-snapshots and/or --remove-orphans",

@@ -81,6 +81,15 @@ class IngestSummary:
     gaps: list[Gap] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # tables a concurrent run committed
+    # the run report (ingest_job/report.py): seconds per phase; table -> (rows, files,
+    # bytes) committed; committed log ends when planned; every table's committed offsets
+    # after the run; the newest record timestamp (ms) per table; when the run finished
+    phases: dict[str, float] = field(default_factory=dict)
+    tables: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    log_ends: Offsets = field(default_factory=dict)
+    table_offsets: dict[str, Offsets] = field(default_factory=dict)
+    newest_ms: dict[str, int | None] = field(default_factory=dict)
+    finished_ms: int = 0
 
     def lines(self) -> list[str]:
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
@@ -278,6 +287,7 @@ def run_ingest(
     catalog = cat.open_catalog(cfg.catalog, cfg.data_dir)
     cat.ensure_namespace(catalog, cfg.namespace)
     tps, logs = _load_plan(cfg)
+    summary.log_ends = {(lg.topic, lg.partition): lg.next_offset for lg in logs}
     if cfg.route_by and cfg.value_format != "json":
         raise IngestError("--route-by needs --value-format json")
     targets = _targets(catalog, cfg, tps)
@@ -292,6 +302,7 @@ def run_ingest(
         f"{plan.records} offsets from {len(tps)} partitions into {len(targets)} tables"
     )
     results: list[UnitResult] = []
+    summary.phases["plan"] = time.monotonic() - started
     if plan.units:
         spec = TaskSpec(
             run_id=run_id,
@@ -312,11 +323,38 @@ def run_ingest(
         except BaseException:
             _cleanup_run(catalog, cfg, [t.name for t in targets], run_id)
             raise
+    summary.phases["spark"] = time.monotonic() - started - summary.phases["plan"]
     if cfg.route_by:
         _new_routed_targets(catalog, cfg, targets, planned, results)
+    committing = time.monotonic()
     _commit_all(catalog, cfg, targets, planned, plan.ends, results, summary, emit)
+    _record_tables(catalog, cfg, targets, planned, summary)
+    summary.phases["commit"] = time.monotonic() - committing
     summary.seconds = time.monotonic() - started
+    summary.finished_ms = int(time.time() * 1000)
     return summary
+
+
+def _record_tables(
+    catalog: Catalog,
+    cfg: IngestConfig,
+    targets: Sequence[_Target],
+    planned: dict[str, Offsets],
+    summary: IngestSummary,
+) -> None:
+    """Each table's committed offsets after the run and its newest record (the report)."""
+    from ingest_job.report import newest_timestamp_ms
+
+    for t in targets:
+        name = f"{cfg.namespace}.{t.name}"  # as in summary.offsets
+        offs = summary.offsets.get(name, planned.get(t.name, {}))
+        summary.table_offsets[name] = {tp: offs.get(tp, 0) for tp in t.sources}
+        try:
+            tbl = catalog.load_table((cfg.namespace, t.name))
+            summary.newest_ms[name] = newest_timestamp_ms(tbl)
+        except Exception as exc:  # the report must not fail a committed run
+            log.warning("freshness of %s not read: %s", name, exc)
+            summary.newest_ms[name] = None
 
 
 def _commit_all(
@@ -359,4 +397,5 @@ def _commit_all(
         summary.files += res.files
         summary.bytes += res.bytes
         summary.offsets[res.table] = new
+        summary.tables[res.table] = (res.records, res.files, res.bytes)
         emit(f"committed {res.records} rows in {res.files} files to {res.table}")

@@ -167,11 +167,13 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         waiter: asyncio.Future[None] = loop.create_future()
         for lg in logs:
             lg.waiters.append(waiter)
+        parked = loop.time()
         try:
             await asyncio.wait_for(waiter, remaining)
         except TimeoutError:
             pass
         finally:
+            ctx.broker.logs.metrics.long_poll.observe(loop.time() - parked)
             for lg in logs:
                 if waiter in lg.waiters:
                     lg.waiters.remove(waiter)

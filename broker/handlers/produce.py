@@ -266,7 +266,7 @@ async def _respond(
                 )
             )
         topics.append(ProduceTopicResult(name, parts))
-    return Encoded(encode_produce_response(version, topics, throttle_ms))
+    return Encoded(encode_produce_response(version, topics, throttle_ms), topics)
 
 
 def _wait_result(waits: list[asyncio.Future[None]]) -> ErrorCode:

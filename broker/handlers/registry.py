@@ -85,6 +85,9 @@ class Encoded:
     """A response body already encoded (without the response header)."""
 
     buffers: list[Buffer]
+    # what was encoded (its ``topics[].partitions[].error_code``), for the response
+    # metrics (broker/request_metrics.py); None: not counted
+    source: Any = None
 
 
 Response = Any  # an ApiMessage, Encoded, None, or an awaitable of one of them

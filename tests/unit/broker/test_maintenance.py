@@ -31,7 +31,7 @@ from segments.format import (
     partition_prefix,
     validate_segment,
 )
-from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore
+from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore, open_store
 from tests.fixtures.inprocess import local_config
 
 TOPIC = "maint"
@@ -448,7 +448,7 @@ async def test_new_owner_sweeps_only_what_no_writer_can_still_commit(tmp_path: P
     tid = old.topic_id
     await b.stop()
     prefix = partition_prefix("default", TOPIC, 0)
-    store = b.store.__class__.from_url(f"file://{tmp_path}/data")  # type: ignore[attr-defined]
+    store = open_store(f"file://{tmp_path}/data")
     gone = {
         "segment-00000000000000000000-00000000000000000005.kfs",  # legacy merge, unreferenced
         "segment-00000000000000000001.kfs",  # legacy plain
@@ -485,7 +485,7 @@ async def test_sweep_spares_objects_younger_than_the_grace(tmp_path: Path) -> No
     await produce(b.logs, 2)
     await b.stop()
     prefix = partition_prefix("default", TOPIC, 0)
-    store = b.store.__class__.from_url(f"file://{tmp_path}/data")  # type: ignore[attr-defined]
+    store = open_store(f"file://{tmp_path}/data")
     young, aged = "segment-00000000000000000007.kfs", "segment-00000000000000000009.kfs"
     for name in (young, aged):
         await store.put_if_absent(prefix + name, [b"x"])

@@ -9,6 +9,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from broker.metrics import broker_registry, exposition
+from broker.telemetry import Telemetry
+
+
+class _Conn:
+    def __init__(self, paused: bool = False, inflight: int = 0) -> None:
+        self.paused, self.inflight = paused, inflight
 
 
 def _fake_broker(maintenance: Any) -> Any:
@@ -23,8 +29,10 @@ def _fake_broker(maintenance: Any) -> Any:
     )
     cluster_stats = {"lease_refreshes": 30, "lease_losses": 1, "max_refresh_gap_s": 3.5}
     return SimpleNamespace(
-        connections={object(), object(), object()},
-        admission=SimpleNamespace(inflight=77),
+        connections={_Conn(), _Conn(), _Conn(True, 50)},
+        admission=SimpleNamespace(inflight=77, frame_bytes=9),
+        telemetry=Telemetry(),
+        group_metrics=Telemetry(),  # no families, like a broker without groups
         logs=logs,
         topics=SimpleNamespace(all=lambda: ["a", "b"]),
         cluster=SimpleNamespace(brokers=lambda: [0, 1, 2, 3], stats=cluster_stats),
@@ -56,6 +64,9 @@ def test_every_figure_is_exported_with_help_and_type() -> None:
         "kafscale_topics": ("gauge", 2),
         "kafscale_live_brokers": ("gauge", 4),
         "kafscale_segment_cache_bytes": ("gauge", 4096),
+        "kafscale_admission_paused_connections": ("gauge", 1),
+        "kafscale_admission_held_bytes": ("gauge", 50),
+        "kafscale_admission_frame_bytes": ("gauge", 9),
         "kafscale_commits_unknown_outcome_total": ("counter", 2),
         "kafscale_commits_resolved_total": ("counter", 2),
         "kafscale_commits_unresolved_total": ("counter", 0),
