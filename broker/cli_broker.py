@@ -151,6 +151,24 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         int,
         "committed offsets of empty groups expire after this (default 10080)",
     ),
+    (
+        "group-consumer-session-timeout-ms",
+        "group_consumer_session_timeout_ms",
+        int,
+        "KIP-848 consumer groups: member session timeout (default 45000)",
+    ),
+    (
+        "group-consumer-heartbeat-interval-ms",
+        "group_consumer_heartbeat_interval_ms",
+        int,
+        "KIP-848 consumer groups: heartbeat interval given to members (default 5000)",
+    ),
+    (
+        "group-consumer-migration-policy",
+        "group_consumer_migration_policy",
+        str,
+        "classic/consumer group conversion: disabled, upgrade, downgrade, bidirectional",
+    ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
 ]
 

@@ -57,6 +57,10 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
+    # KIP-848 consumer groups (groupcoord/consumer_coordinator.py)
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_migration_policy: str = "bidirectional"
 
     @staticmethod
     def new_cluster_id() -> str:

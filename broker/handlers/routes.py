@@ -11,6 +11,7 @@ from __future__ import annotations
 from broker.handlers import (
     api_versions,
     configs,
+    consumer_groups,
     delete_records,
     describe_cluster,
     fetch,
@@ -55,6 +56,8 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, configs.incremental_alter_configs),
         Route(ApiKey.OFFSET_DELETE, 0, 0, group_offsets.offset_delete),
         Route(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.describe_cluster),
+        Route(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, consumer_groups.consumer_group_heartbeat),
+        Route(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, consumer_groups.consumer_group_describe),
     )
     table: dict[int, Route] = {}
     for route in routes:
