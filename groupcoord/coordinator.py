@@ -254,7 +254,7 @@ class GroupCoordinator(Membership):
             if self.consumer is not None:
                 consumer = await self.consumer.list_groups([group_id])
                 if consumer:
-                    listing = GroupListing(group_id, "consumer", consumer[0][1])
+                    listing = GroupListing(group_id, "consumer", consumer[0][1], "consumer")
                     if wanted is None or listing.state.lower() in wanted:
                         listings.append(listing)
                     continue

@@ -20,8 +20,11 @@ consumer groups.
 from __future__ import annotations
 
 import logging
+import struct
 import uuid
 from typing import Any
+
+from kafka.protocol.admin import DescribeGroupsResponse
 
 from broker.handlers.groups import client_host, group_error, guarded
 from broker.handlers.registry import RequestContext
@@ -201,4 +204,67 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=groups)
 
 
-__all__ = ["consumer_group_describe", "consumer_group_heartbeat"]
+def _consumer_protocol_assignment(ctx: RequestContext, a: Assignment) -> bytes:
+    """A ConsumerProtocolAssignment v0 (what classic members carry) of ``a``."""
+    out = [struct.pack(">hi", 0, len(a))]
+    for tid, ps in sorted(a.items(), key=lambda kv: str(kv[0])):
+        info = ctx.broker.topics.get_by_id(tid)
+        name = (info.name if info else str(tid)).encode()
+        out.append(struct.pack(">h", len(name)) + name + struct.pack(">i", len(ps)))
+        out.extend(struct.pack(">i", p) for p in sorted(ps))
+    out.append(struct.pack(">i", -1))  # no user data
+    return b"".join(out)
+
+
+def _consumer_protocol_subscription(topics: tuple[str, ...]) -> bytes:
+    """A ConsumerProtocolSubscription v0 of ``topics``."""
+    out = [struct.pack(">hi", 0, len(topics))]
+    for t in topics:
+        name = t.encode()
+        out.append(struct.pack(">h", len(name)) + name)
+    out.append(struct.pack(">i", -1))
+    return b"".join(out)
+
+
+async def describe_in_classic_terms(
+    ctx: RequestContext, consumer: ConsumerGroupCoordinator, group_id: str
+) -> Any:
+    """DescribeGroups of a consumer group: protocol type ``consumer``, the assignor as the
+    protocol, members with their subscription and current assignment in the classic
+    consumer protocol's encoding (Kafka answers Dead here; docs/compatibility.md)."""
+    group = await consumer.load(group_id)
+    described = DescribeGroupsResponse.DescribedGroup
+    if group is None:
+        return described(
+            error_code=0,
+            group_id=group_id,
+            group_state="Dead",
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=None,
+        )
+    state = group.state
+    members = [
+        described.DescribedGroupMember(
+            member_id=m.member_id,
+            group_instance_id=m.instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=_consumer_protocol_subscription(m.topics),
+            member_assignment=_consumer_protocol_assignment(ctx, m.assigned),
+        )
+        for m in state.members.values()
+    ]
+    return described(
+        error_code=0,
+        group_id=group_id,
+        group_state=state.state_name(),
+        protocol_type="consumer",
+        protocol_data=state.assignor or consumer.config.assignors[0],
+        members=members,
+        authorized_operations=None,
+    )
+
+
+__all__ = ["consumer_group_describe", "consumer_group_heartbeat", "describe_in_classic_terms"]
