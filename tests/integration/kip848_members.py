@@ -80,7 +80,7 @@ class Member:
                         self.errors.append(str(m.error()))
                     continue
                 with self.lock:
-                    self.records.append((m.partition(), m.offset(), m.value()))
+                    self.records.append((m.partition() or 0, m.offset() or 0, m.value() or b""))
                 if self.commit_each:
                     c.commit(message=m, asynchronous=False)
         finally:

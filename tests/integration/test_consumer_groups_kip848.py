@@ -65,7 +65,7 @@ def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int)
 
 
 def values(members: list[Member]) -> list[int]:
-    out = []
+    out: list[int] = []
     for m in members:
         with m.lock:
             out.extend(int(v) for _, _, v in m.records)
