@@ -66,20 +66,29 @@ def uniform(
 
 
 def _balance(held: dict[str, set[TP]], eligible: Mapping[uuid.UUID, list[str]]) -> None:
-    """Move partitions from heavier to lighter eligible members until no move can make a
-    pair of eligible members differ by less (3. balance after stickiness)."""
-    moved = True
-    while moved:
-        moved = False
+    """Move one partition at a time from the heaviest member that has a movable one to
+    its lightest eligible member, while that narrows a gap of two or more (3. balance
+    after stickiness: only surplus partitions move)."""
+    while True:
         for src in sorted(held, key=lambda m: (-len(held[m]), m)):
-            for tp in sorted(held[src], key=lambda x: (str(x[0]), x[1])):
-                dst = min(eligible[tp[0]], key=lambda m: (len(held[m]), m))
-                if len(held[dst]) + 1 < len(held[src]):
-                    held[src].discard(tp)
-                    held[dst].add(tp)
-                    moved = True
-            if moved:
+            move = _movable(src, held, eligible)
+            if move is not None:
+                tp, dst = move
+                held[src].discard(tp)
+                held[dst].add(tp)
                 break
+        else:
+            return
+
+
+def _movable(
+    src: str, held: dict[str, set[TP]], eligible: Mapping[uuid.UUID, list[str]]
+) -> tuple[TP, str] | None:
+    for tp in sorted(held[src], key=lambda x: (str(x[0]), -x[1])):
+        dst = min(eligible[tp[0]], key=lambda m: (len(held[m]), m))
+        if len(held[dst]) + 1 < len(held[src]):
+            return tp, dst
+    return None
 
 
 def range_(
