@@ -269,3 +269,71 @@ def test_regex_subscription_picks_up_new_topics(local_only: BrokerProcess) -> No
         assert names == {f"{prefix}-a", f"{prefix}-b"}
     finally:
         m.close()
+
+
+def _classic_join(port: int, group: str) -> int:
+    from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+
+    proto = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00")
+    req = JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[proto],
+    )
+    with RawConn(port) as conn:
+        return int(conn.call(req, JoinGroupResponse, 5).error_code)
+
+
+def test_mixed_classic_and_consumer_members(local_only: BrokerProcess) -> None:
+    """A group used by classic members converts to a consumer group once they are gone,
+    and back; committed offsets carry over; members of the other kind are refused while
+    the group has members."""
+    from confluent_kafka import ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    broker = local_only
+    topic, group = unique_topic("kip848-mixed"), f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 4)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def kind() -> Any:
+        (fut,) = admin.describe_consumer_groups([group], request_timeout=30).values()
+        return fut.result(timeout=30)
+
+    produce(broker.bootstrap, topic, 0, 40, 4)
+    classic = Member(
+        broker.bootstrap, group, [topic], {"group.protocol": "classic"}, commit_each=True
+    ).start()
+    wait_for(lambda: classic.count() >= 40, "the classic member reading 40")
+    refused = heartbeat(broker.port, group_id=group, subscribed_topic_names=[topic])
+    assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert "classic group" in refused.error_message
+    assert kind().type == ConsumerGroupType.CLASSIC
+    classic.close()
+
+    produce(broker.bootstrap, topic, 40, 20, 4)
+    modern = Member(broker.bootstrap, group, [topic], commit_each=True).start()
+    wait_for(lambda: modern.count() >= 20, "the consumer-protocol member reading 20")
+    assert sorted(values([modern])) == list(range(40, 60))  # resumed from classic commits
+    assert _classic_join(broker.port, group) == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    described = kind()
+    assert described.type == ConsumerGroupType.CONSUMER
+    assert len(described.members) == 1
+    assert {tp.partition for tp in described.members[0].assignment.topic_partitions} == set(
+        range(4)
+    )
+    modern.close()
+
+    produce(broker.bootstrap, topic, 60, 20, 4)
+    back = Member(
+        broker.bootstrap, group, [topic], {"group.protocol": "classic"}, commit_each=True
+    ).start()
+    try:
+        wait_for(lambda: back.count() >= 20, "the classic member again")
+        assert sorted(values([back])) == list(range(60, 80))
+    finally:
+        back.close()
