@@ -337,3 +337,31 @@ def test_mixed_classic_and_consumer_members(local_only: BrokerProcess) -> None:
         assert sorted(values([back])) == list(range(60, 80))
     finally:
         back.close()
+
+
+def test_kafscale_groups_shows_consumer_groups(local_only: BrokerProcess) -> None:
+    import io
+
+    from broker.cli_groups import main
+
+    broker = local_only
+    topic, group = unique_topic("kip848-cli"), f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, 0, 10, 2)
+    m = Member(broker.bootstrap, group, [topic], commit_each=True).start()
+    try:
+        wait_for(lambda: m.count() >= 10 and len(m.assignment()) == 2, "the member")
+        member_id = describe(broker.port, group).members[0].member_id
+
+        def cli(*argv: str) -> str:
+            out, err = io.StringIO(), io.StringIO()
+            assert main([*argv, "--bootstrap", broker.bootstrap], out=out, err=err) == 0
+            return out.getvalue()
+
+        wait_for(lambda: cli("describe", group).count(member_id) == 2, "both rows owned")
+        rows = [r.split() for r in cli("describe", group).splitlines() if r.startswith(group)]
+        assert sorted((r[1], r[2], r[3]) for r in rows) == [(topic, "0", "5"), (topic, "1", "5")]
+        listed = [r.split() for r in cli("list", "--state").splitlines()]
+        assert [group, "Stable", "consumer"] in listed
+    finally:
+        m.close()
