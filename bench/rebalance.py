@@ -17,7 +17,9 @@ share it until every partition is being consumed; then member N joins at T0. Rep
 Heartbeat intervals are each protocol's default (classic: librdkafka's 3 s, sessions of
 45 s; KIP-848: the broker's ``--group-consumer-heartbeat-interval-ms``, Kafka's 5 s)
 unless ``--heartbeat-ms`` sets both. Classic members use librdkafka's default assignors
-(``range,roundrobin``: eager). All members are polled round-robin by one thread.
+(``range,roundrobin``: eager). The first N-1 members start spread over one heartbeat
+interval (as independent processes would). All members are polled round-robin by one
+thread. One trial is noisy: a rebalance waits on heartbeats, whose phase is random.
 """
 
 from __future__ import annotations
@@ -110,10 +112,18 @@ def run_once(
         target=_producer, args=(broker.bootstrap, topic, partitions, interval, stop), daemon=True
     )
     prod.start()
-    group_members = [
-        _member(broker.bootstrap, group, topic, protocol, hb_ms) for _ in range(members - 1)
-    ]
+    group_members: list[Any] = []
     try:
+        # members start spread over one heartbeat interval, as independent processes
+        # would (members started in a burst heartbeat in lockstep and all learn of a
+        # rebalance at once, which flatters the classic protocol)
+        spread = (hb_ms or (3000 if protocol == "classic" else 5000)) / 1000 / (members - 1)
+        for _ in range(members - 1):
+            group_members.append(_member(broker.bootstrap, group, topic, protocol, hb_ms))
+            until = time.time() + spread
+            while time.time() < until:
+                _poll_all(group_members, lambda i, part, produced: None)
+                time.sleep(0.005)
         _settle(group_members, partitions)
         t0 = time.time()
         group_members.append(_member(broker.bootstrap, group, topic, protocol, hb_ms))
