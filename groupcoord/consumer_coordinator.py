@@ -215,8 +215,8 @@ class ConsumerGroupCoordinator:
                 if classic_revision:
                     self.classic.forget_classic(req.group_id)
                     log.info("classic group %s converted to a consumer group", req.group_id)
-            for member_id in result.removed:
-                group.cancel(member_id)
+            for member_id in [m for m in group.sessions if m not in group.state.members]:
+                group.cancel(member_id)  # left, or replaced by a static member's new id
             if result.member_id in group.state.members:
                 self._after_heartbeat(group, result.member_id)
         return result

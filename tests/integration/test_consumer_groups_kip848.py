@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -365,3 +366,57 @@ def test_kafscale_groups_shows_consumer_groups(local_only: BrokerProcess) -> Non
         assert [group, "Stable", "consumer"] in listed
     finally:
         m.close()
+
+
+def test_group_moves_to_a_new_coordinator(tmp_path: Path, etcd_url: str) -> None:
+    """Two brokers on one etcd and one store: a consumer group whose coordinator changes
+    when the second broker joins is reloaded there from the metadata store, and its
+    member keeps its member id, epoch and partitions."""
+    from broker.cluster import BrokerInfo, rendezvous
+
+    def coordinator_of(group: str, nodes: list[int]) -> int:
+        best = rendezvous(f"g\x00{group}", [BrokerInfo(n, "", 0) for n in nodes])
+        assert best is not None
+        return best.node_id
+
+    group = next(
+        g
+        for g in (f"g-move-{i}" for i in range(1000))
+        if coordinator_of(g, [1]) == 1 and coordinator_of(g, [1, 2]) == 2
+    )
+    store_url = f"file://{tmp_path / 'store'}"
+    prefix = ("--meta-prefix", f"/kip848-{uuid.uuid4().hex[:8]}", *KIP848_ARGS)
+    one = start_broker(
+        tmp_path / "n1", node_id=1, extra_args=prefix, store_url=store_url, meta_url=etcd_url
+    )
+    two: BrokerProcess | None = None
+    m: Member | None = None
+    try:
+        topic = unique_topic("kip848-move")
+        create_topic(one.bootstrap, topic, 4)
+        m = Member(one.bootstrap, group, [topic], commit_each=True).start()
+        wait_for(lambda: len(m.assignment()) == 4, "the member owning every partition")
+        before = describe(one.port, group)
+        two = start_broker(
+            tmp_path / "n2", node_id=2, extra_args=prefix, store_url=store_url, meta_url=etcd_url
+        )
+        wait_for(
+            lambda: describe(two.port, group).error_code == 0,
+            "the second broker coordinating the group",
+        )
+        after = describe(two.port, group)
+        assert [x.member_id for x in after.members] == [x.member_id for x in before.members]
+        assert describe(one.port, group).error_code == ErrorCode.NOT_COORDINATOR
+        produce(one.bootstrap, topic, 0, 40, 4)
+        wait_for(lambda: m.count() >= 40, "records after the move")
+        assert sorted(values([m])) == list(range(40))
+        assert m.errors == []
+        final = describe(two.port, group)
+        assert final.members[0].member_epoch >= before.members[0].member_epoch
+        assert final.group_state == "Stable"
+    finally:
+        if m is not None:
+            m.close()
+        for b in (two, one):
+            if b is not None:
+                b.stop()
