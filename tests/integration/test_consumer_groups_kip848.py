@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+from kafka.protocol.consumer import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 
 from protocol.errors import ErrorCode
 from tests.fixtures.broker import BrokerProcess, start_broker
@@ -212,6 +217,26 @@ def _commit(port: int, group: str, topic: str, member: str, epoch: int) -> int:
     return int(resp.topics[0].partitions[0].error_code)
 
 
+def _fetch(port: int, group: str, topic: str, member: str | None, epoch: int) -> tuple[int, int]:
+    """OffsetFetch v9: (group error, committed offset of partition 0)."""
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    req = OffsetFetchRequest(
+        groups=[
+            G(
+                group_id=group,
+                member_id=member,
+                member_epoch=epoch,
+                topics=[G.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])],
+            )
+        ],
+        require_stable=False,
+    )
+    with RawConn(port) as conn:
+        g = conn.call(req, OffsetFetchResponse, 9).groups[0]
+    offset = g.topics[0].partitions[0].committed_offset if g.topics else -1
+    return int(g.error_code), int(offset)
+
+
 def test_bad_heartbeats_and_member_epochs(local_only: BrokerProcess) -> None:
     port = local_only.port
     topic, group = unique_topic("kip848-bad"), f"g-{uuid.uuid4().hex[:8]}"
@@ -248,6 +273,11 @@ def test_bad_heartbeats_and_member_epochs(local_only: BrokerProcess) -> None:
     assert _commit(port, group, topic, mid, epoch - 1) == ErrorCode.STALE_MEMBER_EPOCH
     assert _commit(port, group, topic, "nobody", epoch) == ErrorCode.UNKNOWN_MEMBER_ID
     assert _commit(port, group, topic, "", -1) == ErrorCode.UNKNOWN_MEMBER_ID  # not empty
+    # OffsetFetch v9 too, at the group level
+    assert _fetch(port, group, topic, mid, epoch) == (0, 1)
+    assert _fetch(port, group, topic, mid, epoch + 1)[0] == ErrorCode.STALE_MEMBER_EPOCH
+    assert _fetch(port, group, topic, "nobody", epoch)[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert _fetch(port, group, topic, None, -1) == (0, 1)  # admin read: no member
     left = err(member_id=mid, member_epoch=-1)
     assert left.error_code == 0 and left.member_epoch == -1
     assert _commit(port, group, topic, "", -1) == 0  # empty now: admin commits allowed
