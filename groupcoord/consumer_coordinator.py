@@ -27,6 +27,7 @@ from groupcoord.consumer_group import (
     heartbeat,
     remove_member,
     stale_member_error,
+    subscribed_metadata,
     validate,
 )
 from groupcoord.consumer_model import (
@@ -71,6 +72,9 @@ class LoadedGroup:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sessions: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     revocations: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    version: int = 0  # in-memory changes applied so far
+    durable: int = 0  # changes written to the store so far
+    flushing: asyncio.Future[None] | None = None  # the write in flight
 
     def cancel(self, member_id: str) -> None:
         for timers in (self.sessions, self.revocations):
@@ -81,6 +85,10 @@ class LoadedGroup:
     def cancel_all(self) -> None:
         for member_id in list(self.sessions) + list(self.revocations):
             self.cancel(member_id)
+
+
+def _moved() -> HeartbeatResult:
+    return HeartbeatResult(ErrorCode.NOT_COORDINATOR, "The group changed on another coordinator.")
 
 
 def _wall_ms() -> int:
@@ -139,7 +147,8 @@ class ConsumerGroupCoordinator:
         return await self.load(group_id) is not None
 
     async def _persist(self, group: LoadedGroup, classic_revision: int = 0) -> None:
-        """Write the group (CAS); on any failure unload it and re-raise."""
+        """Write the group (CAS) now; on any failure unload it and re-raise."""
+        version = group.version
         try:
             group.revision = await self.store.save_consumer_group(
                 group.state.group_id, group.state.to_json(), group.revision, classic_revision
@@ -147,6 +156,31 @@ class ConsumerGroupCoordinator:
         except BaseException:
             self.unload(group.state.group_id)
             raise
+        group.durable = max(group.durable, version)
+
+    async def _durable(self, group: LoadedGroup, version: int) -> None:
+        """Return once the group's changes up to ``version`` are in the store. Changes of
+        heartbeats arriving while a write is in flight share the next write (one write
+        per round trip, not per heartbeat); a failed write unloads the group and raises
+        for every waiter (their answers never rest on an unwritten change)."""
+        while group.durable < version:
+            if self.groups.get(group.state.group_id) is not group:
+                raise GroupConflictError(f"consumer group {group.state.group_id!r} unloaded")
+            if group.flushing is not None:
+                await asyncio.shield(group.flushing)
+                continue
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            group.flushing = fut
+            try:
+                await self._persist(group)
+            except BaseException as exc:
+                fut.set_exception(exc)
+                raise
+            else:
+                fut.set_result(None)
+            finally:
+                group.flushing = None
 
     def unload(self, group_id: str) -> None:
         group = self.groups.pop(group_id, None)
@@ -206,12 +240,13 @@ class ConsumerGroupCoordinator:
                     self.unload(req.group_id)  # a refused first join creates nothing
                 return result
             if result.changed:
+                group.version += 1
+            first = group.revision == 0
+            if first:  # creation (or conversion): written before anyone else may join
                 try:
                     await self._persist(group, classic_revision)
                 except GroupConflictError:
-                    return HeartbeatResult(
-                        ErrorCode.NOT_COORDINATOR, "The group changed on another coordinator."
-                    )
+                    return _moved()
                 if classic_revision:
                     self.classic.forget_classic(req.group_id)
                     log.info("classic group %s converted to a consumer group", req.group_id)
@@ -219,6 +254,11 @@ class ConsumerGroupCoordinator:
                 group.cancel(member_id)  # left, or replaced by a static member's new id
             if result.member_id in group.state.members:
                 self._after_heartbeat(group, result.member_id)
+            version = group.version
+        try:
+            await self._durable(group, version)
+        except GroupConflictError:
+            return _moved()
         return result
 
     async def _upgrade_refusal(self, group_id: str) -> HeartbeatResult | None:
@@ -283,10 +323,12 @@ class ConsumerGroupCoordinator:
             log.info("consumer group %s: member %s %s", group.state.group_id, member_id, why)
             group.cancel(member_id)
             remove_member(group.state, member_id, self.now_ms())
-            try:
-                await self._persist(group)
-            except Exception as exc:  # noqa: BLE001 - unloaded; reloaded on next use
-                log.warning("consumer group %s: persisting failed: %r", group.state.group_id, exc)
+            group.version += 1
+            version = group.version
+        try:
+            await self._durable(group, version)
+        except Exception as exc:  # noqa: BLE001 - unloaded; reloaded on next use
+            log.warning("consumer group %s: persisting failed: %r", group.state.group_id, exc)
 
     # ---- offsets, admin ----
 
@@ -313,6 +355,7 @@ class ConsumerGroupCoordinator:
             if group.state.members:
                 return ErrorCode.NON_EMPTY_GROUP
             try:
+                await self._durable(group, group.version)
                 await self.store.delete_consumer_group(group_id, group.revision, True)
             except GroupConflictError:
                 self.unload(group_id)
@@ -334,10 +377,19 @@ class ConsumerGroupCoordinator:
                     f"{len(group.state.members)} member(s); a classic member can join it only "
                     "once it has none"
                 )
+            await self._durable(group, group.version)
             await self.store.delete_consumer_group(group_id, group.revision, False)
             self.unload(group_id)
         log.info("empty consumer group %s converted to a classic group", group_id)
         return None
+
+    async def subscribed_topic_names(self, group_id: str) -> set[str]:
+        """Topics the members subscribe to, by name or regex (OffsetDelete refuses them)."""
+        group = await self.load(group_id)
+        if group is None:
+            return set()
+        ids = set(subscribed_metadata(group.state, self.topics))
+        return {t.name for t in self.topics.all() if t.topic_id in ids}
 
     async def list_groups(self, group_ids: list[str]) -> list[tuple[str, str]]:
         """(group id, state) of each of ``group_ids`` that is a consumer group."""

@@ -197,15 +197,18 @@ class GroupCoordinator(Membership):
     async def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> OffsetDeleteResult:
-        group = await self.get_group(group_id)
-        if group is None:
-            if not await self.store.fetch_offsets(group_id):
+        if self.consumer is not None and await self.consumer.exists(group_id):
+            subscribed = await self.consumer.subscribed_topic_names(group_id)
+        else:
+            group = await self.get_group(group_id)
+            if group is None:
+                if not await self.store.fetch_offsets(group_id):
+                    return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
+            elif group.is_(DEAD):
                 return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
-        elif group.is_(DEAD):
-            return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
-        elif group.members and group.protocol_type != "consumer":
-            return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP)
-        subscribed = group.subscribed_topics() if group is not None else set()
+            elif group.members and group.protocol_type != "consumer":
+                return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP)
+            subscribed = group.subscribed_topics() if group is not None else set()
         errors = {
             tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp.topic in subscribed else ErrorCode.NONE
             for tp in partitions

@@ -187,3 +187,17 @@ async def test_delete_empty_consumer_group(env: Env) -> None:
     assert (await coord.delete_groups(["g"]))["g"] is ErrorCode.NONE
     assert await env.store.load_consumer_group("g") is None
     assert (await coord.delete_groups(["g"]))["g"] is ErrorCode.GROUP_ID_NOT_FOUND
+
+
+async def test_offset_delete_refuses_subscribed_topics(env: Env) -> None:
+    from groupcoord import TopicPartition
+
+    coord = make(env)
+    await cg(coord).heartbeat(req("x", 0))
+    tp = TopicPartition("t", 0)
+    other = TopicPartition("u", 0)
+    result = await coord.delete_offsets("g", [tp, other])
+    assert result.partitions == {
+        tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+        other: ErrorCode.NONE,
+    }
