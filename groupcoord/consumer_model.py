@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from protocol.errors import ErrorCode
+
 #: topic id -> partitions
 Assignment = dict[uuid.UUID, frozenset[int]]
 
@@ -77,6 +79,36 @@ def consumer_group_config(cfg: Any) -> ConsumerGroupConfig:
         heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
         migration_policy=MigrationPolicy(cfg.group_consumer_migration_policy.lower()),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    topics: tuple[str, ...] | None = None
+    regex: str | None = None
+    assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+    @property
+    def full(self) -> bool:
+        """A full request (join, or every field set): it is answered with the assignment."""
+        return self.epoch == JOIN_EPOCH or (
+            self.rebalance_timeout_ms != -1 and self.topics is not None and self.owned is not None
+        )
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 @dataclass(slots=True)
