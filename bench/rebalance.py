@@ -97,6 +97,31 @@ def _settle(members: list[Any], partitions: int) -> None:
     raise RuntimeError("the first members never covered the topic")
 
 
+def _measure_join(
+    group_members: list[Any], partitions: int, t0: float
+) -> tuple[float, dict[int, float]]:
+    """Poll after the last member joined at ``t0``: (seconds until it consumes and every
+    partition delivered after that, longest gap per partition)."""
+    newcomer = len(group_members) - 1
+    last = dict.fromkeys(range(partitions), t0)
+    gap = dict.fromkeys(range(partitions), 0.0)
+    first_new: list[float] = []
+
+    def on_record(i: int, part: int, produced: float) -> None:
+        now = time.time()
+        gap[part] = max(gap[part], now - last[part])
+        last[part] = now
+        if i == newcomer and not first_new:
+            first_new.append(now)
+
+    while time.time() < t0 + 180:
+        _poll_all(group_members, on_record)
+        if first_new and all(v > first_new[0] for v in last.values()):
+            return time.time() - t0, gap
+        time.sleep(0.002)
+    raise RuntimeError("no full resume within 180 s")
+
+
 def run_once(
     broker: BrokerProcess, members: int, protocol: str, interval: float, hb_ms: int | None
 ) -> dict[str, Any]:
@@ -127,26 +152,7 @@ def run_once(
         _settle(group_members, partitions)
         t0 = time.time()
         group_members.append(_member(broker.bootstrap, group, topic, protocol, hb_ms))
-        newcomer = len(group_members) - 1
-        last = dict.fromkeys(range(partitions), t0)
-        gap = dict.fromkeys(range(partitions), 0.0)
-        first_new: list[float] = []
-
-        def on_record(i: int, part: int, produced: float) -> None:
-            now = time.time()
-            gap[part] = max(gap[part], now - last[part])
-            last[part] = now
-            if i == newcomer and not first_new:
-                first_new.append(now)
-
-        while time.time() < t0 + 180:
-            _poll_all(group_members, on_record)
-            if first_new and all(v > first_new[0] for v in last.values()):
-                break
-            time.sleep(0.002)
-        else:
-            raise RuntimeError("no full resume within 180 s")
-        resume = time.time() - t0  # the newcomer consumes, and so does every partition
+        resume, gap = _measure_join(group_members, partitions, t0)
         return {
             "members": members,
             "protocol": protocol,
