@@ -6,9 +6,10 @@ Supported versions:
   full match on topic names; lookaround and backreferences, which RE2J lacks, get
   INVALID_REGULAR_EXPRESSION). A member joining with an empty member id gets one from the
   coordinator; a client-generated id (Kafka 4 clients) is kept. Server assignors
-  ``uniform`` (default) and ``range``; others get UNSUPPORTED_ASSIGNOR. Partitions of
-  topics the broker does not know are left out of ``TopicPartitions`` (their owned state
-  is taken as given). Racks are recorded but not used for placement.
+  ``uniform`` (default) and ``range``; others get UNSUPPORTED_ASSIGNOR. Owned partitions
+  of topics the broker does not know (deleted ones) match no target and are
+  ignored. Racks are recorded but not used for placement. Heartbeats that arrive while
+  the group is being written share the next write (groupcoord/consumer_coordinator.py).
 - ConsumerGroupDescribe (69) v0-1: authorized operations are not computed (Kafka's "not
   requested" value); v1's member type is always 1 (consumer): classic members never join
   a consumer group here.
