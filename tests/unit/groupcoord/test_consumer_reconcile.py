@@ -56,6 +56,7 @@ class Topics:
 class Client:
     member_id: str = ""
     epoch: int = 0
+    instance_id: str | None = None
     owned: set[tuple[uuid.UUID, int]] = field(default_factory=set)
     consuming: set[tuple[uuid.UUID, int]] = field(default_factory=set)
 
@@ -103,6 +104,7 @@ class GroupMachine(RuleBasedStateMachine):
             topics=("a", "b") if c.epoch == 0 else None,
             assignor=self.assignor if c.epoch == 0 else None,
             owned=_group(c.owned),
+            instance_id=c.instance_id if c.epoch == 0 else None,
         )
         res = heartbeat(self.group, req, self.topics, CONFIG)
         assert res.error is ErrorCode.NONE, res.message
@@ -131,6 +133,27 @@ class GroupMachine(RuleBasedStateMachine):
             c = self.clients.pop(i % len(self.clients))
             res = heartbeat(self.group, HeartbeatRequest("g", c.member_id, -1), self.topics, CONFIG)
             assert res.error is ErrorCode.NONE and res.epoch == -1
+
+    @rule(i=st.integers(min_value=0, max_value=5))
+    def static_member_restarts(self, i: int) -> None:
+        """A static member leaves for a while (epoch -2, it stops consuming) and a new
+        process with the same instance id and a new member id takes its place."""
+        if not self.clients:
+            return
+        old = self.clients.pop(i % len(self.clients))
+        instance = old.instance_id or f"static-{old.member_id}"
+        if old.instance_id is None:  # becomes static first (a rejoin with an instance id)
+            old.instance_id, old.epoch, old.owned, old.consuming = instance, 0, set(), set()
+            self.clients.append(old)
+            self._beat(old)
+            self.clients.remove(old)
+        req = HeartbeatRequest("g", old.member_id, -2, instance_id=instance)
+        res = heartbeat(self.group, req, self.topics, CONFIG)
+        assert res.error is ErrorCode.NONE and res.epoch == -2
+        self.joined = getattr(self, "joined", 0) + 1
+        new = Client(member_id=f"client-{self.joined}", instance_id=instance)
+        self.clients.append(new)
+        self._beat(new)
 
     @rule(i=st.integers(min_value=0, max_value=5))
     def session_expires(self, i: int) -> None:
