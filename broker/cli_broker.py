@@ -31,6 +31,14 @@ def hostport(value: str) -> tuple[str, int | None]:
     return host.strip("[]"), int(port)
 
 
+def migration_policy(value: str) -> str:
+    """``group.consumer.migration.policy``: disabled, upgrade, downgrade, bidirectional."""
+    policy = value.strip().lower()
+    if policy not in ("disabled", "upgrade", "downgrade", "bidirectional"):
+        raise ValueError(f"not a migration policy: {value!r}")
+    return policy
+
+
 # flag -> (config field, type, help)
 BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("listen", "", hostport, "HOST:PORT to listen on (default 127.0.0.1:9092)"),
@@ -166,7 +174,7 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
     (
         "group-consumer-migration-policy",
         "group_consumer_migration_policy",
-        str,
+        migration_policy,
         "classic/consumer group conversion: disabled, upgrade, downgrade, bidirectional",
     ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
