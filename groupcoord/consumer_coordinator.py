@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,7 +36,7 @@ from groupcoord.consumer_model import (
     ConsumerGroupState,
     MemberState,
 )
-from groupcoord.model import GroupConflictError
+from groupcoord.model import GroupConflictError, OffsetRecord, TopicPartition
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ class ConsumerGroupStore(Protocol):
     async def delete_consumer_group(
         self, group_id: str, expected_revision: int, with_offsets: bool
     ) -> None: ...
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, OffsetRecord]: ...
+    async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> None: ...
 
 
 class ClassicGroups(Protocol):
@@ -382,6 +384,33 @@ class ConsumerGroupCoordinator:
             self.unload(group_id)
         log.info("empty consumer group %s converted to a classic group", group_id)
         return None
+
+    async def expire_offsets(self, group_id: str, now: int, retention_ms: int) -> int | None:
+        """Offset retention for a consumer group, as for classic ones: once it has been
+        Empty for ``retention_ms``, offsets committed longer ago than that are deleted,
+        and the group with them when none is left. None: not a consumer group."""
+        group = await self.load(group_id)
+        if group is None:
+            return None
+        async with group.lock:
+            if group.state.members or self.groups.get(group_id) is not group:
+                return 0
+            offsets = await self.store.fetch_offsets(group_id)
+            since = group.state.state_ts
+            expired = [
+                tp for tp, rec in offsets.items() if max(rec.commit_ts, since) + retention_ms <= now
+            ]
+            if len(expired) < len(offsets):
+                if expired:
+                    await self.store.delete_offsets(group_id, expired)
+                return len(expired)
+            if since + retention_ms > now:
+                return 0
+            await self._durable(group, group.version)
+            await self.store.delete_consumer_group(group_id, group.revision, True)
+            self.unload(group_id)
+        log.info("consumer group %s expired (%d offsets)", group_id, len(expired))
+        return len(expired)
 
     async def subscribed_topic_names(self, group_id: str) -> set[str]:
         """Topics the members subscribe to, by name or regex (OffsetDelete refuses them)."""

@@ -322,8 +322,13 @@ class GroupCoordinator(Membership):
         retention = self.config.offsets_retention_minutes * 60_000
         removed = 0
         for group_id in await self.store.list_groups():
-            if not self.owns_group(group_id) or await self.is_consumer_group(group_id):
-                continue  # consumer groups' offsets do not expire (docs/compatibility.md)
+            if not self.owns_group(group_id):
+                continue
+            if self.consumer is not None:
+                n = await self.consumer.expire_offsets(group_id, now, retention)
+                if n is not None:
+                    removed += n
+                    continue
             group = await self.get_group(group_id)
             if group is not None and not group.is_(EMPTY):
                 continue

@@ -201,3 +201,23 @@ async def test_offset_delete_refuses_subscribed_topics(env: Env) -> None:
         tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
         other: ErrorCode.NONE,
     }
+
+
+async def test_offsets_of_an_empty_consumer_group_expire(env: Env) -> None:
+    from groupcoord import OffsetCommit, TopicPartition
+
+    coord = make(env)
+    joined = await cg(coord).heartbeat(req("x", 0))
+    tp = TopicPartition("t", 0)
+    errors = await coord.commit_offsets("g", joined.epoch, "x", None, [OffsetCommit(tp, 5)])
+    assert errors == {tp: ErrorCode.NONE}
+    retention = FAST.offsets_retention_minutes * 60_000
+    env.clock.now += 2 * retention
+    assert await coord.expire_offsets() == 0  # a member: nothing expires
+    await cg(coord).heartbeat(req("x", -1))  # empty from now on
+    env.clock.now += retention // 2
+    assert await coord.expire_offsets() == 0
+    env.clock.now += retention
+    assert await coord.expire_offsets() == 1
+    assert await env.store.load_consumer_group("g") is None
+    assert await env.store.fetch_offsets("g") == {}
