@@ -37,6 +37,15 @@ def hostport(value: str) -> tuple[str, int | None]:
 
 APPEND_FLAGS = frozenset({"advertised-listener"})
 
+
+def migration_policy(value: str) -> str:
+    """``group.consumer.migration.policy``: disabled, upgrade, downgrade, bidirectional."""
+    policy = value.strip().lower()
+    if policy not in ("disabled", "upgrade", "downgrade", "bidirectional"):
+        raise ValueError(f"not a migration policy: {value!r}")
+    return policy
+
+
 # flag -> (config field, type, help)
 BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("listen", "", hostport, "HOST:PORT to listen on (default 127.0.0.1:9092)"),
@@ -186,6 +195,24 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "lag_metrics_max_partitions",
         int,
         "most consumer-lag series /metrics exports (default 1000; docs/operations.md)",
+    ),
+    (
+        "group-consumer-session-timeout-ms",
+        "group_consumer_session_timeout_ms",
+        int,
+        "KIP-848 consumer groups: member session timeout (default 45000)",
+    ),
+    (
+        "group-consumer-heartbeat-interval-ms",
+        "group_consumer_heartbeat_interval_ms",
+        int,
+        "KIP-848 consumer groups: heartbeat interval given to members (default 5000)",
+    ),
+    (
+        "group-consumer-migration-policy",
+        "group_consumer_migration_policy",
+        migration_policy,
+        "classic/consumer group conversion: disabled, upgrade, downgrade, bidirectional",
     ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
     ("log-format", "", str, "text (default) or json: one JSON object per line"),

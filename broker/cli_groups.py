@@ -6,7 +6,9 @@
                     --to-offset N | --to-datetime YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]) [--execute]
     kafscale groups delete GROUP [GROUP...]
 
-Like ``kafka-consumer-groups.sh`` it talks to the broker (kafka-python's KafkaAdminClient):
+Both kinds of group are shown: classic ones and KIP-848 consumer groups
+(``group.protocol=consumer``; ``list --state`` prints each group's TYPE). Like
+``kafka-consumer-groups.sh`` it talks to the broker (kafka-python's KafkaAdminClient):
 describe prints GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST
 CLIENT-ID; reset-offsets prints the plan and commits it only with ``--execute`` (and only
 while the group has no active members). ``--bootstrap`` defaults to ``KAFSCALE_BOOTSTRAP``
@@ -100,12 +102,19 @@ def _cmd_list(admin: Any, state: str | None, out: TextIO) -> int:
         for g in sorted(groups, key=lambda g: g["group_id"]):
             out.write(g["group_id"] + "\n")
         return EXIT_OK
-    rows = [["GROUP", "STATE"]] + [
-        [g["group_id"], g.get("group_state") or "-"]
+    rows = [["GROUP", "STATE", "TYPE"]] + [
+        [g["group_id"], g.get("group_state") or "-", _group_type(g)]
         for g in sorted(groups, key=lambda g: g["group_id"])
     ]
     _table(rows, out)
     return EXIT_OK
+
+
+def _group_type(listed: Any) -> str:
+    """``classic`` or ``consumer`` (KIP-848), as ListGroups v5 reports it."""
+    kind = listed.get("group_type")
+    name = getattr(kind, "name", kind)
+    return str(name).lower() if name else "-"
 
 
 def _log_ends(admin: Any, tps: list[Any]) -> dict[Any, int]:

@@ -69,6 +69,10 @@ class BrokerConfig:
     lag_metrics_max_partitions: int = 1000  # consumer-lag series per broker, at most
     # per-request histograms; an internal switch for bench/obs.py to measure their cost
     request_metrics: bool = True
+    # KIP-848 consumer groups (groupcoord/consumer_coordinator.py)
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_migration_policy: str = "bidirectional"
 
     @staticmethod
     def new_cluster_id() -> str:

@@ -5,9 +5,12 @@ percent-encoded so a ``/``
 in it cannot break the layout)::
 
     /groups/{group}/state               -> GroupRecord JSON
+    /groups/{group}/consumer            -> ConsumerGroupState JSON (KIP-848 groups)
     /groups/{group}/offsets/{topic}/{p} -> {offset, leader_epoch, metadata, commit_ts}
 
-The state is written with compare-and-set on its mod_revision (0 = must not exist). An
+The state is written with compare-and-set on its mod_revision (0 = must not exist); a
+classic state is written only while no consumer state exists and vice versa, so a group is
+never both (a conversion deletes one and creates the other in one transaction). An
 OffsetCommit request's offsets are written in one transaction (several only past
 ``meta.max_txn_ops``), and requests that arrive while one is in flight share the next
 transaction (group commit), so store writes scale with round trips, not with requests.
@@ -21,7 +24,13 @@ from collections.abc import Sequence
 from urllib.parse import unquote
 
 from broker.meta.base import Compare, Delete, MetaStore, Op, Put
-from broker.meta.schema import GROUPS_PREFIX, group_offset_key, group_prefix, group_state_key
+from broker.meta.schema import (
+    GROUPS_PREFIX,
+    consumer_group_key,
+    group_offset_key,
+    group_prefix,
+    group_state_key,
+)
 from groupcoord.model import (
     GroupConflictError,
     GroupRecord,
@@ -48,7 +57,10 @@ class MetaGroupStore:
     async def save_group(self, group_id: str, record: GroupRecord, expected_revision: int) -> int:
         key = group_state_key(group_id)
         result = await self._meta.txn(
-            [Compare(key, "mod_revision", "==", expected_revision)],
+            [
+                Compare(key, "mod_revision", "==", expected_revision),
+                Compare(consumer_group_key(group_id), "mod_revision", "==", 0),
+            ],
             [Put(key, record.to_json())],
         )
         if not result.succeeded:
@@ -59,13 +71,64 @@ class MetaGroupStore:
 
     async def delete_group(self, group_id: str, expected_revision: int) -> None:
         result = await self._meta.txn(
-            [Compare(group_state_key(group_id), "mod_revision", "==", expected_revision)],
+            [
+                Compare(group_state_key(group_id), "mod_revision", "==", expected_revision),
+                Compare(consumer_group_key(group_id), "mod_revision", "==", 0),
+            ],
             [Delete(group_prefix(group_id), prefix=True)],
         )
         if not result.succeeded:
             raise GroupConflictError(
                 f"group {group_id!r} changed since revision {expected_revision}"
             )
+
+    # ---- KIP-848 consumer groups (groupcoord.consumer_coordinator) ----
+
+    async def load_consumer_group(self, group_id: str) -> tuple[bytes, int] | None:
+        kv = await self._meta.get(consumer_group_key(group_id))
+        return None if kv is None else (kv.value, kv.mod_revision)
+
+    async def load_classic_revision(self, group_id: str) -> int:
+        """mod_revision of the classic state (0: none)."""
+        kv = await self._meta.get(group_state_key(group_id))
+        return 0 if kv is None else kv.mod_revision
+
+    async def save_consumer_group(
+        self, group_id: str, value: bytes, expected_revision: int, classic_revision: int = 0
+    ) -> int:
+        """Write the consumer state if its revision is still ``expected_revision`` and the
+        classic state's is ``classic_revision`` (that state is deleted: a conversion)."""
+        key, classic = consumer_group_key(group_id), group_state_key(group_id)
+        ops: list[Op] = [Put(key, value)]
+        if classic_revision:
+            ops.append(Delete(classic))
+        result = await self._meta.txn(
+            [
+                Compare(key, "mod_revision", "==", expected_revision),
+                Compare(classic, "mod_revision", "==", classic_revision),
+            ],
+            ops,
+        )
+        if not result.succeeded:
+            raise GroupConflictError(f"consumer group {group_id!r} changed")
+        return result.revision
+
+    async def delete_consumer_group(
+        self, group_id: str, expected_revision: int, with_offsets: bool
+    ) -> None:
+        """Delete the consumer state (and every offset with ``with_offsets``: DeleteGroups;
+        without: a conversion to a classic group keeps them)."""
+        key = consumer_group_key(group_id)
+        op = Delete(group_prefix(group_id), prefix=True) if with_offsets else Delete(key)
+        result = await self._meta.txn(
+            [
+                Compare(key, "mod_revision", "==", expected_revision),
+                Compare(group_state_key(group_id), "mod_revision", "==", 0),
+            ],
+            [op],
+        )
+        if not result.succeeded:
+            raise GroupConflictError(f"consumer group {group_id!r} changed")
 
     async def commit_offsets(
         self, group_id: str, offsets: Sequence[tuple[TopicPartition, OffsetRecord]]

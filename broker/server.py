@@ -31,6 +31,7 @@ from broker.security.manager import SecurityManager
 from broker.telemetry import Telemetry
 from broker.topics import TopicManager
 from groupcoord import GroupConfig, GroupCoordinator
+from groupcoord.consumer_model import consumer_group_config
 from segments.store import ObjectStore, open_store
 
 if TYPE_CHECKING:
@@ -187,6 +188,8 @@ class Broker:
             MetaGroupStore(self.meta),
             GroupConfig.from_broker(self),
             owns_group=self.cluster.owns_group,
+            consumer_topics=self.topics,
+            consumer_config=consumer_group_config(self.config),
         )
         self.cluster.add_listener(coordinator.drop_unowned)
         await coordinator.start()

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+from groupcoord.consumer_coordinator import ConsumerGroupCoordinator
+from groupcoord.consumer_group import TopicView
+from groupcoord.consumer_model import ConsumerGroupConfig
 from groupcoord.group import Group
 from groupcoord.membership import Membership
 from groupcoord.model import (
@@ -25,15 +29,63 @@ from groupcoord.model import (
     OffsetRecord,
     TopicPartition,
 )
-from groupcoord.registry import COMPLETING, DEAD, EMPTY, PREPARING
+from groupcoord.registry import COMPLETING, DEAD, EMPTY, PREPARING, wall_ms
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
 
 class GroupCoordinator(Membership):
+    """Classic groups; KIP-848 consumer groups through ``consumer`` (None unless the
+    broker passes its topics: ``consumer_topics``)."""
+
     _stopping: asyncio.Event | None = None
     _expiry_task: asyncio.Task[None] | None = None
+
+    def __init__(
+        self,
+        store: Any,
+        config: Any = None,
+        *,
+        owns_group: Callable[[str], bool] | None = None,
+        clock_ms: Callable[[], int] = wall_ms,
+        consumer_topics: TopicView | None = None,
+        consumer_config: ConsumerGroupConfig | None = None,
+    ) -> None:
+        super().__init__(store, config, owns_group=owns_group, clock_ms=clock_ms)
+        self.consumer: ConsumerGroupCoordinator | None = None
+        if consumer_topics is not None:
+            self.consumer = ConsumerGroupCoordinator(
+                store,
+                self,
+                consumer_topics,
+                consumer_config,
+                owns_group=owns_group,
+                clock_ms=clock_ms,
+            )
+
+    # ---- what the consumer-group coordinator asks of the classic one ----
+
+    async def classic_member_count(self, group_id: str) -> int | None:
+        group = await self.get_group(group_id)
+        if group is None or group.is_(DEAD):
+            return None
+        busy = group.is_(PREPARING) or group.is_(COMPLETING)
+        return max(len(group.members), 1 if busy else 0)
+
+    def forget_classic(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.state = DEAD
+        self.unload(group_id)
+
+    async def is_consumer_group(self, group_id: str) -> bool:
+        return self.consumer is not None and await self.consumer.exists(group_id)
+
+    def drop_unowned(self) -> None:
+        super().drop_unowned()
+        if self.consumer is not None:
+            self.consumer.drop_unowned()
 
     async def start(self) -> None:
         self._stopping = asyncio.Event()
@@ -48,6 +100,8 @@ class GroupCoordinator(Membership):
             self._expiry_task = None
         self.unload_all()
         await self.cancel_tasks()
+        if self.consumer is not None:
+            await self.consumer.stop()
 
     async def _expiry_loop(self) -> None:
         assert self._stopping is not None
@@ -74,7 +128,12 @@ class GroupCoordinator(Membership):
         commits: Sequence[OffsetCommit],
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit in one store transaction; the error for each partition (NONE if stored)."""
-        error = await self._commit_check(group_id, generation, member_id, instance_id)
+        if await self.is_consumer_group(group_id):
+            assert self.consumer is not None
+            refused = await self.consumer.offset_member_error(group_id, member_id, generation)
+            error = refused[0] if refused is not None else ErrorCode.NONE
+        else:
+            error = await self._commit_check(group_id, generation, member_id, instance_id)
         if error is not ErrorCode.NONE:
             return {c.tp: error for c in commits}
         result: dict[TopicPartition, ErrorCode] = {}
@@ -138,15 +197,18 @@ class GroupCoordinator(Membership):
     async def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> OffsetDeleteResult:
-        group = await self.get_group(group_id)
-        if group is None:
-            if not await self.store.fetch_offsets(group_id):
+        if self.consumer is not None and await self.consumer.exists(group_id):
+            subscribed = await self.consumer.subscribed_topic_names(group_id)
+        else:
+            group = await self.get_group(group_id)
+            if group is None:
+                if not await self.store.fetch_offsets(group_id):
+                    return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
+            elif group.is_(DEAD):
                 return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
-        elif group.is_(DEAD):
-            return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
-        elif group.members and group.protocol_type != "consumer":
-            return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP)
-        subscribed = group.subscribed_topics() if group is not None else set()
+            elif group.members and group.protocol_type != "consumer":
+                return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP)
+            subscribed = group.subscribed_topics() if group is not None else set()
         errors = {
             tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp.topic in subscribed else ErrorCode.NONE
             for tp in partitions
@@ -192,6 +254,13 @@ class GroupCoordinator(Membership):
         for group_id in sorted(ids):
             if not self.owns_group(group_id):
                 continue
+            if self.consumer is not None:
+                consumer = await self.consumer.list_groups([group_id])
+                if consumer:
+                    listing = GroupListing(group_id, "consumer", consumer[0][1], "consumer")
+                    if wanted is None or listing.state.lower() in wanted:
+                        listings.append(listing)
+                    continue
             group = await self.get_group(group_id)
             if group is not None and group.is_(DEAD):
                 continue
@@ -208,6 +277,9 @@ class GroupCoordinator(Membership):
         return {g: await self._delete_group(g) for g in group_ids}
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
+        if await self.is_consumer_group(group_id):
+            assert self.consumer is not None
+            return await self.consumer.delete(group_id)
         group = await self.get_group(group_id)
         revision = 0
         if group is None:
@@ -252,6 +324,11 @@ class GroupCoordinator(Membership):
         for group_id in await self.store.list_groups():
             if not self.owns_group(group_id):
                 continue
+            if self.consumer is not None:
+                n = await self.consumer.expire_offsets(group_id, now, retention)
+                if n is not None:
+                    removed += n
+                    continue
             group = await self.get_group(group_id)
             if group is not None and not group.is_(EMPTY):
                 continue

@@ -290,6 +290,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848; ListGroups v5)
 
 
 @dataclass(frozen=True, slots=True)

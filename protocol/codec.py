@@ -29,6 +29,7 @@ _MODULES = (
     "kafka.protocol.metadata",
     "kafka.protocol.producer",
     "kafka.protocol.sasl",
+    "protocol.consumer_groups",
 )
 
 

@@ -2,16 +2,21 @@
 
 Supported versions:
 
-- OffsetCommit (8) v0-8: one metadata-store transaction per request (docs/format.md,
+- OffsetCommit (8) v0-9: one metadata-store transaction per request (docs/format.md,
 metadata keys). v0 and
   generation -1 commit as a standalone ("simple") consumer, allowed only while the group
   has no members. ``retention_time_ms`` (v2-4) and ``commit_timestamp`` (v1) are ignored:
   retention is the broker's ``offsets_retention_minutes`` and the commit time is the
   broker's clock. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION; metadata
   longer than 4096 characters gets OFFSET_METADATA_TOO_LARGE.
-- OffsetFetch (9) v0-8: v8 fetches several groups in one request; a null topic list (v2+)
+- OffsetFetch (9) v0-9: v8 fetches several groups in one request; a null topic list (v2+)
   means every committed offset of the group. ``require_stable`` (v7+) needs no waiting:
   there are no transactional offsets. A partition without a commit answers offset -1.
+- OffsetCommit v9 / OffsetFetch v9 (KIP-848): for a consumer group the member id and
+  member epoch are checked: UNKNOWN_MEMBER_ID for a member not in the group,
+  STALE_MEMBER_EPOCH for another epoch; epoch -1 without a member id (admin tools,
+  standalone consumers) only while the group has no members. v10 (topic ids) is not
+  served.
 - OffsetDelete (47) v0: offsets of topics the group's members are subscribed to get
   GROUP_SUBSCRIBED_TO_TOPIC; a non-empty group of another protocol type NON_EMPTY_GROUP.
 """
@@ -143,14 +148,20 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: Any
+    ctx: RequestContext, group_id: str, topics: Any, member: tuple[str | None, int] | None = None
 ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetRecord | None, ErrorCode]]]]]:
-    """(group error, [(topic, [(partition, committed or None, error)])])."""
+    """(group error, [(topic, [(partition, committed or None, error)])]); ``member``:
+    v9's (member id, member epoch), checked against a KIP-848 consumer group."""
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes or []]
     err = group_error(ctx, group_id, Operation.DESCRIBE)
     offsets: dict[TopicPartition, OffsetRecord] = {}
+    consumer = coordinator(ctx).consumer if err is None else None
+    if consumer is not None and member is not None and (member[0] or member[1] >= 0):
+        refused = await consumer.offset_member_error(group_id, member[0] or "", member[1])
+        if refused is not None:
+            err = refused[0]
     if err is None:
         err, offsets = await coordinator(ctx).fetch_offsets(group_id, wanted)
     rows: dict[str, list[tuple[int, OffsetRecord | None, ErrorCode]]] = {}
@@ -179,7 +190,8 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     if version >= 8:
         groups = []
         for g in request.groups or []:
-            err, rows = await _fetch_group(ctx, g.group_id, g.topics)
+            member = (g.member_id, g.member_epoch) if version >= 9 else None
+            err, rows = await _fetch_group(ctx, g.group_id, g.topics, member)
             topics = [
                 _FetchGroupTopic(
                     name=name,

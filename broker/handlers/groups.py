@@ -13,8 +13,12 @@ Supported versions:
   INVALID_REQUEST. v0 (no rebalance timeout) uses the session timeout for both.
 - SyncGroup (14) v0-5, Heartbeat (12) v0-4, LeaveGroup (13) v0-5 (batch from v3).
 - DescribeGroups (15) v0-5: authorized operations computed when requested (v3+). An
-  unknown group is reported as state ``Dead``.
-- ListGroups (16) v0-4: v4 states filter (case-insensitive); lists only groups this broker
+  unknown group is reported as state ``Dead``. A KIP-848 consumer group is described in
+  classic terms (Kafka answers ``Dead``).
+- JoinGroup on a KIP-848 consumer group with members: INCONSISTENT_GROUP_PROTOCOL; on an
+  empty one the group becomes classic (offsets kept).
+- ListGroups (16) v0-5: v4 states filter (case-insensitive), v5 types filter (``classic``,
+  ``consumer``: KIP-848 groups, broker/handlers/consumer_groups.py); lists only groups this broker
   coordinates, as Kafka does.
 - DeleteGroups (42) v0-2.
 
@@ -184,6 +188,12 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
     err = group_error(ctx, request.group_id)
     if err is not None:
         return _join_response(version, JoinResult(err, member_id=request.member_id))
+    consumer = coordinator(ctx).consumer
+    refusal = await consumer.downgrade_error(request.group_id) if consumer is not None else None
+    if refusal is not None:
+        log.info("JoinGroup from %s refused: %s", ctx.peer, refusal)
+        err = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        return _join_response(version, JoinResult(err, member_id=request.member_id))
     session = request.session_timeout_ms
     rebalance = getattr(request, "rebalance_timeout_ms", -1) if version >= 1 else -1
     req = JoinRequest(
@@ -282,6 +292,11 @@ async def _describe(ctx: RequestContext, group_id: str, include_ops: bool = Fals
     err = group_error(ctx, group_id, Operation.DESCRIBE)
     if err is not None:
         return _error_described(group_id, err)
+    consumer = coordinator(ctx).consumer
+    if consumer is not None and await consumer.exists(group_id):
+        from broker.handlers.consumer_groups import describe_in_classic_terms
+
+        return await describe_in_classic_terms(ctx, consumer, group_id)
     d = await coordinator(ctx).describe_group(group_id)
     members = [
         _DescribedMember(
@@ -326,16 +341,26 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
             throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=[]
         )
     states = getattr(request, "states_filter", None) if ctx.header.api_version >= 4 else None
+    types = getattr(request, "types_filter", None) if ctx.header.api_version >= 5 else None
+    wanted_types = {t.strip().lower() for t in types} if types else None
     owns = ctx.broker.cluster.owns_group
-    listed = [
-        _Listed(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state)
-        for g in await coordinator(ctx).list_groups(states or None)
-        if owns(g.group_id)
-        and (
+    listed = []
+    for g in await coordinator(ctx).list_groups(states or None):
+        if not owns(g.group_id) or (wanted_types is not None and g.group_type not in wanted_types):
+            continue
+        if not (
             allowed_cluster(ctx, Operation.DESCRIBE)
             or allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, g.group_id)
+        ):
+            continue
+        listed.append(
+            _Listed(
+                group_id=g.group_id,
+                protocol_type=g.protocol_type,
+                group_state=g.state,
+                group_type=g.group_type,
+            )
         )
-    ]
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=listed)
 
 

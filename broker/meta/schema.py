@@ -11,6 +11,7 @@ build and parse metadata keys and values here and nowhere else.
     /logs/{topic}/{p}/segments/{base:020d} -> SegmentMeta (a manifest entry)
     /logs/{topic}/{p}/epochs/{epoch:010d}  -> start offset of that leader epoch
     /groups/{group, quoted}/state          -> groupcoord.GroupRecord
+    /groups/{group, quoted}/consumer       -> groupcoord.consumer_model.ConsumerGroupState
     /groups/{group, quoted}/offsets/{t}/{p}-> groupcoord.OffsetRecord
     /producers/next-id                     -> next free producer id (decimal)
     /security/scram/{user, quoted}/{mech}  -> broker.security.scram.ScramCredential JSON
@@ -101,6 +102,12 @@ def group_prefix(group_id: str) -> str:
 
 def group_state_key(group_id: str) -> str:
     return group_prefix(group_id) + "state"
+
+
+def consumer_group_key(group_id: str) -> str:
+    """A KIP-848 consumer group's state (exclusive with ``group_state_key``: a group is
+    classic or consumer, never both)."""
+    return group_prefix(group_id) + "consumer"
 
 
 def group_offset_key(group_id: str, topic: str, partition: int) -> str:

@@ -118,7 +118,9 @@ def test_cli_describe_and_list_active_group(active: ActiveGroup) -> None:
     rc, out, _ = cli(bs, "list")
     assert rc == 0 and active.group in out.split()
     rc, out, _ = cli(bs, "list", "--state", "Stable")
-    assert rc == 0 and any(ln.split() == [active.group, "Stable"] for ln in out.splitlines())
+    assert rc == 0 and any(
+        ln.split() == [active.group, "Stable", "classic"] for ln in out.splitlines()
+    )
     # as users run it: the kafscale console entry point in a subprocess
     proc = subprocess.run(
         [sys.executable, "-m", "broker.cli", "groups", "describe", active.group, "--bootstrap", bs],

@@ -32,8 +32,9 @@ def test_classes_and_versions() -> None:
     assert response_class(3) is MetadataResponse
     expected = {0: 13, 1: 18, 2: 11, 3: 13, 8: 10, 9: 10, 11: 9, 18: 4, 19: 7, 22: 6}
     assert {k: max_known_version(k) for k in expected} == expected
-    assert max_known_version(68) == -1
-    for key in (68, 4, 999):
+    assert max_known_version(68) == 1  # protocol.consumer_groups (KIP-848)
+    assert max_known_version(80) == -1
+    for key in (80, 4, 999):
         with pytest.raises(KafkaProtocolError) as info:
             request_class(key)
         assert info.value.code is ErrorCode.INVALID_REQUEST
@@ -107,7 +108,7 @@ def test_decode_errors() -> None:
         decode_request(3, -1, memoryview(body))
     assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
     with pytest.raises(KafkaProtocolError) as info:
-        decode_request(68, 0, memoryview(body))
+        decode_request(80, 0, memoryview(body))
     assert info.value.code is ErrorCode.INVALID_REQUEST
 
 
