@@ -3,7 +3,8 @@
 - ``/healthz``: 200 while the process is up;
 - ``/readyz``: 200 once the broker has started (registered, topics loaded, listening),
   503 before;
-- ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`.
+- ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`;
+- ``/registry/...``: the schema registry (Confluent REST API, :mod:`broker.registry.api`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker.metrics import broker_registry, exposition
+from broker.registry.api import RegistryApi
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -37,6 +39,7 @@ class HttpServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        RegistryApi(broker.meta).add_routes(app)
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
         )
