@@ -51,9 +51,10 @@ def ingest_parser() -> EnvParser:
     pp.option("--route-by", "JSON field whose value routes a record to table BASE_VALUE")
     pp.option(
         "--value-format",
-        "raw: value as bytes; json: also parse into columns",
+        "raw: value as bytes; json: also parse into columns; avro, protobuf, json-schema: "
+        "typed columns from the schema registry (Confluent wire format)",
         default="raw",
-        choices=["raw", "json"],
+        choices=["raw", "json", "avro", "protobuf", "json-schema"],
     )
     pp.option(
         "--partition-by",

@@ -114,7 +114,7 @@ def _targets(catalog: Catalog, cfg: IngestConfig, tps: Sequence[TopicPartition])
     out: list[_Target] = []
     for name, srcs in groups.items():
         out.append(_Target(name, False, tuple(srcs)))
-        if cfg.value_format == "json":
+        if cfg.value_format != "raw":
             out.append(_Target(dead_letter_table(name), True, tuple(srcs)))
         if cfg.route_by:
             route = f"{name}:{cfg.route_by}"
@@ -265,6 +265,19 @@ def _prepare_tables(
     return planned, dests, starts
 
 
+def _typed_spec(catalog: Catalog, cfg: IngestConfig, targets: Sequence[_Target]) -> Any:
+    """Evolve typed tables to their registry subjects (None unless a typed format)."""
+    from ingest_job.typed import TYPED_FORMATS, load_registry, prepare_typed
+
+    if cfg.value_format not in TYPED_FORMATS:
+        return None
+    snap = load_registry(cfg.meta_url, cfg.data_dir, cfg.meta_prefix, cfg.topics)
+    tables = [(t.name, sorted({tp[0] for tp in t.sources})) for t in targets if not t.dead_letter]
+    return prepare_typed(
+        catalog, cfg.namespace, cfg.value_format, snap, tables, cat.base_schema().column_names
+    )
+
+
 def run_ingest(
     cfg: IngestConfig,
     spark: SparkSession | None = None,
@@ -303,6 +316,7 @@ def run_ingest(
             route_by=cfg.route_by,
             io_properties=tuple(sorted((k, str(v)) for k, v in catalog.properties.items())),
             destinations=tuple(dests),
+            typed=_typed_spec(catalog, cfg, targets),
         )
         from ingest_job.spark import get_spark
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 #: snapshot summary property carrying ``{"topic": {"partition": next_offset}}``
 OFFSETS_PROPERTY = "kafscale.offsets"
@@ -99,13 +100,14 @@ class TaskSpec:
 
     run_id: str
     store_url: str
-    value_format: str  # "raw" | "json"
+    value_format: str  # "raw" | "json" | "avro" | "protobuf" | "json-schema"
     partition_by: str  # "day" | "hour" | "none"
     table_per_topic: bool
     table: str | None
     route_by: str | None
     io_properties: tuple[tuple[str, str], ...]
     destinations: tuple[Destination, ...]
+    typed: Any = None  # ingest_job.typed.TypedSpec for avro | protobuf | json-schema
 
     def destination(self, name: str) -> Destination | None:
         for d in self.destinations:

@@ -280,6 +280,21 @@ def _write_routed(
     return dead.num_rows, js.conflicts
 
 
+def _write_typed(
+    spec: TaskSpec, raw: pa.Table, base: str, tp: tuple[str, int], writer: _Writer
+) -> int:
+    """Registry-typed values (ingest_job/typed.py); returns the dead-letter count."""
+    from ingest_job.typed import typed_tables
+
+    dl = dead_letter_table(base)
+    s_main, s_dead = dest_start(spec, base, tp), dest_start(spec, dl, tp)
+    good, dead = typed_tables(spec.typed, _since(raw, min(s_main, s_dead)), base)
+    writer.write(base, _since(good, s_main), ())
+    dead = _since(dead, s_dead)
+    writer.write(dl, dead, ())
+    return dead.num_rows
+
+
 def profiled(name: str, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, under cProfile when ``$KAFSCALE_INGEST_PROFILE`` names a directory
     (stats dumped to ``<dir>/<name>-<pid>.prof``; for profiling Spark's Python workers)."""
@@ -314,6 +329,8 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
     conflicts: list[str] = []
     if spec.value_format == "raw":
         writer.write(base, _since(raw, dest_start(spec, base, tp)), ())
+    elif spec.typed is not None:
+        dead_count = _write_typed(spec, raw, base, tp, writer)
     elif spec.route_by:
         dead_count, found = _write_routed(spec, raw, base, tp, writer)
         conflicts.extend(f"{unit.topic}/{unit.partition}: {c}" for c in found)

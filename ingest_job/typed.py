@@ -1,0 +1,316 @@
+"""Typed tables from the schema registry (``--value-format avro|protobuf|json-schema``).
+
+Driver side: :func:`load_registry` reads every registered schema from the metadata store
+(read-only, like the manifest) and the versions of each topic's subject
+``<topic>-value`` (TopicNameStrategy); :func:`evolve_table` brings a table's schema to
+the union of those versions in order (new fields -> new optional columns, int -> long and
+float -> double promoted) and stops the run with an IngestError on a change Iceberg
+cannot apply (e.g. string -> int). Task side: :func:`write_typed` decodes each value with
+the schema its id names and writes the columns; values that do not decode (not the wire
+format, unknown id, bad payload, a value that does not fit its column) go to the
+dead-letter table. docs/ingest.md, "Typed values".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, ValidationError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import IcebergType, ListType, MapType, StructType
+
+from broker.meta.schema import RegistrySchema
+from ingest_job.model import IngestError
+from ingest_job.typed_decode import (
+    DECODERS,
+    KINDS,
+    WireFormatError,
+    coerce_json,
+    split_wire,
+    top_level,
+)
+from ingest_job.typed_schema import TypedSchemaError, avro_columns, json_columns, proto_columns
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+log = logging.getLogger(__name__)
+TYPED_FORMATS = tuple(KINDS)
+MAX_EVOLVE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEntry:
+    schema_id: int
+    schema: RegistrySchema
+    refs: tuple[RegistrySchema, ...]  # resolved references, dependencies first
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrySnapshot:
+    """What the job read from the registry at planning time."""
+
+    entries: dict[int, RegistryEntry]
+    subjects: dict[str, list[tuple[int, int]]]  # subject -> [(version, schema id)]
+
+
+@dataclass(frozen=True, slots=True)
+class TypedSpec:
+    """Broadcast to tasks: the schema kind, every schema, each table's value columns."""
+
+    kind: str  # AVRO | PROTOBUF | JSON
+    entries: tuple[RegistryEntry, ...]
+    columns: tuple[tuple[str, pa.Schema], ...] = field(default=())
+
+    def columns_of(self, table: str) -> pa.Schema | None:
+        for name, schema in self.columns:
+            if name == table:
+                return schema
+        return None
+
+
+def subject_for(topic: str) -> str:
+    return f"{topic}-value"
+
+
+async def _load(
+    meta_url: str, data_dir: str, prefix: str, topics: Sequence[str]
+) -> RegistrySnapshot:
+    from broker.meta.base import open_meta
+    from broker.registry.service import Registry, RegistryError
+
+    meta = open_meta(meta_url, data_dir=data_dir, prefix=prefix, read_only=True)
+    try:
+        reg = Registry(meta)
+        entries: dict[int, RegistryEntry] = {}
+        for kv in await meta.range("/registry/schemas/"):
+            sid = int(kv.key.rsplit("/", 1)[-1])
+            schema = RegistrySchema.from_json(kv.value)
+            try:
+                refs = tuple(await reg.resolve_references(schema.references))
+            except ValueError as exc:
+                log.warning("schema id %d: %s", sid, exc)
+                continue
+            entries[sid] = RegistryEntry(sid, schema, refs)
+        subjects: dict[str, list[tuple[int, int]]] = {}
+        for topic in topics:
+            subject = subject_for(topic)
+            try:
+                versions = await reg.versions(subject, deleted=True)
+            except RegistryError:
+                versions = []
+            subjects[subject] = [
+                (v, (await reg.version(subject, str(v), deleted=True)).schema_id) for v in versions
+            ]
+        return RegistrySnapshot(entries, subjects)
+    finally:
+        await meta.close()
+
+
+def load_registry(
+    meta_url: str, data_dir: str, prefix: str, topics: Sequence[str]
+) -> RegistrySnapshot:
+    try:
+        return asyncio.run(_load(meta_url, data_dir, prefix, topics))
+    except IngestError:
+        raise
+    except Exception as exc:
+        raise IngestError(f"cannot read the schema registry from {meta_url}: {exc}") from exc
+
+
+def value_columns(entry: RegistryEntry) -> Schema:
+    """The table columns one registered schema asks for."""
+    kind = entry.schema.schema_type
+    try:
+        if kind == "AVRO":
+            return avro_columns(entry.schema.schema, [r.schema for r in entry.refs])
+        if kind == "JSON":
+            return json_columns(entry.schema.schema)
+        from ingest_job.typed_decode import proto_pool
+
+        _pool, file_desc = proto_pool(entry.schema, entry.refs)
+        first = next(iter(file_desc.message_types_by_name.values()))
+        return proto_columns(first)
+    except (TypedSchemaError, WireFormatError, ValueError, KeyError, StopIteration) as exc:
+        raise IngestError(f"schema id {entry.schema_id}: cannot map to Iceberg: {exc}") from exc
+
+
+def _covered(have: IcebergType, want: IcebergType) -> bool:
+    """Does ``have`` already hold ``want`` (same names and types, ids aside)?"""
+    if isinstance(want, StructType):
+        if not isinstance(have, StructType):
+            return False
+        names = {f.name: f for f in have.fields}
+        return all(
+            f.name in names and _covered(names[f.name].field_type, f.field_type)
+            for f in want.fields
+        )
+    if isinstance(want, ListType):
+        return isinstance(have, ListType) and _covered(have.element_type, want.element_type)
+    if isinstance(want, MapType):
+        return (
+            isinstance(have, MapType)
+            and _covered(have.key_type, want.key_type)
+            and _covered(have.value_type, want.value_type)
+        )
+    return have == want
+
+
+def evolve_table(
+    catalog: Catalog, ident: tuple[str, str], versions: Sequence[tuple[str, int, RegistryEntry]]
+) -> Table:
+    """Union the table's schema with each subject version, in order (one commit each)."""
+    tbl = catalog.load_table(ident)
+    for subject, version, entry in versions:
+        cols = value_columns(entry)
+        for attempt in range(MAX_EVOLVE_ATTEMPTS):
+            if _covered(tbl.schema().as_struct(), cols.as_struct()):
+                break
+            try:
+                with tbl.update_schema() as upd:
+                    upd.union_by_name(cols)
+                log.info("table %s: schema evolved to %s version %d", ident, subject, version)
+            except CommitFailedException:
+                log.info("schema update of %s conflicted (attempt %d)", ident, attempt + 1)
+            except (ValidationError, ValueError) as exc:
+                raise IngestError(
+                    f"table {'.'.join(ident)}: {subject} version {version} (schema id "
+                    f"{entry.schema_id}) is incompatible with the table's columns: {exc}; "
+                    "nothing committed"
+                ) from exc
+            tbl = catalog.load_table(ident)
+    return tbl
+
+
+def arrow_columns(tbl: Table, base_names: Sequence[str]) -> pa.Schema:
+    """The Arrow schema of the table's value columns (what task files must hold)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    full = schema_to_pyarrow(tbl.schema(), include_field_ids=False)
+    return pa.schema([f for f in full if f.name not in set(base_names)])
+
+
+def prepare_typed(
+    catalog: Catalog,
+    namespace: str,
+    value_format: str,
+    snapshot: RegistrySnapshot,
+    tables: Sequence[tuple[str, Sequence[str]]],
+    base_names: Sequence[str],
+) -> TypedSpec:
+    """Evolve every data table (name, topics) to its subjects' versions; the task spec."""
+    kind = KINDS[value_format]
+    cols: list[tuple[str, pa.Schema]] = []
+    for name, topics in tables:
+        versions = []
+        for topic in topics:
+            subject = subject_for(topic)
+            for version, sid in snapshot.subjects.get(subject, []):
+                entry = snapshot.entries.get(sid)
+                if entry is None:
+                    continue
+                if entry.schema.schema_type != kind:
+                    raise IngestError(
+                        f"{subject} version {version} is {entry.schema.schema_type}, "
+                        f"not {value_format}"
+                    )
+                versions.append((subject, version, entry))
+        tbl = evolve_table(catalog, (namespace, name), versions)
+        cols.append((name, arrow_columns(tbl, base_names)))
+    entries = tuple(e for e in snapshot.entries.values() if e.schema.schema_type == kind)
+    return TypedSpec(kind, entries, tuple(cols))
+
+
+# ---------------------------------------------------------------------------- task side
+
+
+class _Decoders:
+    def __init__(self, spec: TypedSpec) -> None:
+        self.entries = {e.schema_id: e for e in spec.entries}
+        self.kind = spec.kind
+        self.cache: dict[int, Callable[[bytes, int], Any]] = {}
+
+    def decode(self, data: bytes) -> Any:
+        sid, pos = split_wire(data)
+        dec = self.cache.get(sid)
+        if dec is None:
+            entry = self.entries.get(sid)
+            if entry is None:
+                raise WireFormatError(
+                    f"schema id {sid} is not a {self.kind} schema of the registry"
+                )
+            dec = self.cache[sid] = DECODERS[self.kind](entry.schema, entry.refs)
+        return dec(data, pos)
+
+
+def decode_values(
+    spec: TypedSpec, columns: pa.Schema, values: Sequence[bytes | None], offsets: Sequence[int]
+) -> tuple[list[int], pa.StructArray, list[tuple[int, str]]]:
+    """(rows that decoded, their value columns as one struct array, dead (row, reason))."""
+    decoders = _Decoders(spec)
+    struct = pa.struct(list(columns))
+    rows: list[dict[str, Any]] = []
+    good: list[int] = []
+    dead: list[tuple[int, str]] = []
+    for i, raw in enumerate(values):
+        if raw is None:  # a tombstone: a row whose value columns are null
+            rows.append({})
+            good.append(i)
+            continue
+        try:
+            row = top_level(decoders.decode(raw))
+            if spec.kind == "JSON":
+                row = coerce_json(row, struct)
+        except Exception as exc:  # any decoder failure is this record's dead letter
+            dead.append((i, f"offset {offsets[i]}: {exc}"))
+            continue
+        rows.append(row)
+        good.append(i)
+    try:
+        arr = pa.array(rows, struct)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        arr, good, dead = _row_by_row(rows, good, dead, struct, offsets)
+    return good, arr, dead
+
+
+def _row_by_row(
+    rows: list[dict[str, Any]],
+    good: list[int],
+    dead: list[tuple[int, str]],
+    struct: pa.StructType,
+    offsets: Sequence[int],
+) -> tuple[pa.StructArray, list[int], list[tuple[int, str]]]:
+    keep_rows, keep_idx = [], []
+    for row, i in zip(rows, good, strict=True):
+        try:
+            pa.array([row], struct)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            dead.append((i, f"offset {offsets[i]}: value does not fit the table's columns: {exc}"))
+            continue
+        keep_rows.append(row)
+        keep_idx.append(i)
+    dead.sort()
+    return pa.array(keep_rows, struct), keep_idx, dead
+
+
+def typed_tables(spec: TypedSpec, raw: pa.Table, table: str) -> tuple[pa.Table, pa.Table]:
+    """(rows with their value columns, dead-letter rows) of one unit's records."""
+    columns = spec.columns_of(table)
+    if columns is None:
+        raise IngestError(f"no value columns planned for table {table}")
+    good, arr, dead = decode_values(
+        spec, columns, raw.column("value").to_pylist(), raw.column("offset").to_pylist()
+    )
+    out = raw.take(pa.array(good, pa.int64()))
+    for i, f in enumerate(columns):
+        out = out.append_column(f, arr.field(i))
+    idx = pa.array([i for i, _ in dead], pa.int64())
+    dl = raw.take(idx).drop_columns(["headers"])
+    dl = dl.append_column("error", pa.array([r for _, r in dead], pa.string()))
+    return out, dl
