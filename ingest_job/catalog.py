@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -73,6 +74,19 @@ _ICEBERG_TYPES: dict[str, IcebergType] = {
     "boolean": BooleanType(),
     "string": StringType(),
 }
+
+
+#: ``KAFSCALE_INGEST_KILL_AT=<point>`` kills the job (SIGKILL) at that point (fault tests)
+KILL_AT_ENV = "KAFSCALE_INGEST_KILL_AT"
+
+
+def fault_point(name: str) -> None:
+    """Die here when ``$KAFSCALE_INGEST_KILL_AT`` names this point (never by default)."""
+    if os.environ.get(KILL_AT_ENV) == name:
+        import signal
+
+        log.warning("fault point %s: killing the job (pid %d)", name, os.getpid())
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class ConcurrentRunError(IngestError):
@@ -293,8 +307,12 @@ def commit_files(
     planned: Offsets,
     ends: Offsets,
     files: Sequence[WrittenFile],
+    stage: Callable[[Any], None] | None = None,
 ) -> CommitResult:
     """Commit ``files`` with the new offsets once, if the table still has ``planned``.
+
+    ``stage(transaction)`` runs first inside the same transaction (upserts stage their
+    deletes there: one atomic catalog commit for deletes, files and offsets).
 
     Raises ConcurrentRunError (after deleting ``files``) when another run moved the
     offsets of any partition in ``ends`` since planning.
@@ -325,9 +343,12 @@ def commit_files(
                 if set(merged) - set(table_types):
                     with tx.update_schema() as upd:
                         _evolve(upd, table_types, merged)
+                if stage is not None:
+                    stage(tx)
                 tx.add_files(
                     paths, snapshot_properties={OFFSETS_PROPERTY: offsets_to_json(new_offsets)}
                 )
+                fault_point("commit.before_swap")
         except CommitFailedException as exc:
             log.info(
                 "commit to %s conflicted (attempt %d): %s; re-checking", ident, attempt + 1, exc

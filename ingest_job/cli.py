@@ -57,6 +57,12 @@ def ingest_parser() -> EnvParser:
         choices=["raw", "json", "avro", "protobuf", "json-schema"],
     )
     pp.option(
+        "--upsert-key",
+        "comma-separated columns (or 'key', the record key): keep the newest row per key",
+    )
+    pp.option("--cdc", "unwrap change events: debezium (op c/u/r/d, before/after)",
+              choices=["debezium"])  # fmt: skip
+    pp.option(
         "--partition-by",
         "table partitioning on the record timestamp",
         default="day",
@@ -126,6 +132,8 @@ def _ingest(argv: Sequence[str]) -> int:
         master=args.master,
         unit_bytes=args.unit_bytes,
         progress_interval=args.progress_interval,
+        upsert_key=tuple(k.strip() for k in (args.upsert_key or "").split(",") if k.strip()),
+        cdc=args.cdc,
     )
     summary = run_ingest(cfg, say=_say)
     for line in summary.lines():

@@ -64,6 +64,8 @@ class IngestConfig:
     master: str | None = None
     unit_bytes: int = DEFAULT_UNIT_BYTES
     progress_interval: float = 10.0
+    upsert_key: tuple[str, ...] = ()  # latest row per key (ingest_job/upsert.py)
+    cdc: str | None = None  # "debezium": unwrap change events, deletes remove rows
 
 
 @dataclass(slots=True)
@@ -274,8 +276,9 @@ def _typed_spec(catalog: Catalog, cfg: IngestConfig, targets: Sequence[_Target])
     snap = load_registry(cfg.meta_url, cfg.data_dir, cfg.meta_prefix, cfg.topics)
     tables = [(t.name, sorted({tp[0] for tp in t.sources})) for t in targets if not t.dead_letter]
     return prepare_typed(
-        catalog, cfg.namespace, cfg.value_format, snap, tables, cat.base_schema().column_names
-    )
+        catalog, cfg.namespace, cfg.value_format, snap, tables, cat.base_schema().column_names,
+        cfg.cdc, cfg.upsert_key,
+    )  # fmt: skip
 
 
 def run_ingest(
@@ -293,6 +296,10 @@ def run_ingest(
     tps, logs = _load_plan(cfg)
     if cfg.route_by and cfg.value_format != "json":
         raise IngestError("--route-by needs --value-format json")
+    if cfg.cdc and (cfg.value_format == "raw" or not cfg.upsert_key):
+        raise IngestError("--cdc debezium needs a value format and --upsert-key (the row's key)")
+    if cfg.upsert_key and cfg.route_by:
+        raise IngestError("--upsert-key and --route-by exclude each other")
     targets = _targets(catalog, cfg, tps)
     planned, dests, starts = _prepare_tables(catalog, cfg, targets)
     plan: Plan = plan_units(logs, starts, cfg.max_records, cfg.unit_bytes)
@@ -317,6 +324,8 @@ def run_ingest(
             io_properties=tuple(sorted((k, str(v)) for k, v in catalog.properties.items())),
             destinations=tuple(dests),
             typed=_typed_spec(catalog, cfg, targets),
+            upsert=cfg.upsert_key,
+            cdc=cfg.cdc,
         )
         from ingest_job.spark import get_spark
 
@@ -331,6 +340,18 @@ def run_ingest(
     _commit_all(catalog, cfg, targets, planned, plan.ends, results, summary, emit)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _fold(
+    catalog: Catalog, cfg: IngestConfig, table: str, files: list[WrittenFile], run_id: str
+) -> tuple[list[WrittenFile], Callable[[Any], None]]:
+    """Upsert tables: the run's files folded to the newest row per key, and the staging
+    of the touched keys' deletes (ingest_job/upsert.py)."""
+    from ingest_job.upsert import fold_files, stage_deletes
+
+    tbl = catalog.load_table((cfg.namespace, table))
+    folded, keys = fold_files(tbl.io, files, cfg.upsert_key, tbl.location(), run_id)
+    return folded, lambda tx: stage_deletes(tx, keys)
 
 
 def _commit_all(
@@ -359,7 +380,10 @@ def _commit_all(
         if not files and all(before.get(tp, 0) == n for tp, n in new.items()):
             continue
         try:
-            res = cat.commit_files(catalog, (cfg.namespace, t.name), before, new, files)
+            stage = None
+            if cfg.upsert_key and not t.dead_letter and files:
+                files, stage = _fold(catalog, cfg, t.name, files, summary.run_id)
+            res = cat.commit_files(catalog, (cfg.namespace, t.name), before, new, files, stage)
         except cat.ConcurrentRunError as exc:
             log.warning("%s", exc)
             summary.skipped.append(str(exc))

@@ -108,6 +108,8 @@ class TaskSpec:
     io_properties: tuple[tuple[str, str], ...]
     destinations: tuple[Destination, ...]
     typed: Any = None  # ingest_job.typed.TypedSpec for avro | protobuf | json-schema
+    upsert: tuple[str, ...] = ()  # --upsert-key columns (ingest_job/upsert.py)
+    cdc: str | None = None  # --cdc debezium
 
     def destination(self, name: str) -> Destination | None:
         for d in self.destinations:

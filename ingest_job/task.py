@@ -243,6 +243,28 @@ def _json_tables(
     return good, _dead_letter_rows(raw, js), js
 
 
+def _json_rows(spec: TaskSpec, src: pa.Table, base: str) -> tuple[pa.Table, pa.Table, JsonColumns]:
+    """JSON rows (with the upsert op column under --upsert-key / --cdc), dead letters."""
+    if spec.cdc:
+        from ingest_job.upsert import json_cdc_rows
+
+        def tables(unwrapped: pa.Table, original: pa.Array) -> tuple[pa.Table, pa.Table, Any]:
+            good, dead, js = _json_tables(spec, unwrapped, base)
+            vi = good.schema.get_field_index("value")
+            good = good.set_column(vi, "value", original.take(pa.array(js.rows, pa.int64())))
+            dead_idx = pa.array([i for i, _ in js.dead], pa.int64())
+            dead = dead.set_column(vi, "value", original.take(dead_idx))
+            return good, dead, js
+
+        return json_cdc_rows(src, tables)
+    good, dead, js = _json_tables(spec, src, base)
+    if spec.upsert:
+        from ingest_job.upsert import key_ops, with_ops
+
+        good = with_ops(good, key_ops(good, spec.upsert))
+    return good, dead, js
+
+
 def _json_fields(tbl: pa.Table) -> tuple[tuple[str, str], ...]:
     """(name, type) of the JSON columns of ``tbl`` that hold at least one value."""
     kinds = {v: k for k, v in ARROW_TYPES.items()}
@@ -327,7 +349,12 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
     tp = (unit.topic, unit.partition)
     dead_count = 0
     conflicts: list[str] = []
-    if spec.value_format == "raw":
+    if spec.value_format == "raw" and spec.upsert:
+        from ingest_job.upsert import key_ops, with_ops
+
+        rows = _since(raw, dest_start(spec, base, tp))
+        writer.write(base, with_ops(rows, key_ops(rows, spec.upsert)), ())
+    elif spec.value_format == "raw":
         writer.write(base, _since(raw, dest_start(spec, base, tp)), ())
     elif spec.typed is not None:
         dead_count = _write_typed(spec, raw, base, tp, writer)
@@ -339,7 +366,7 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
         dl_dest = spec.destination(dl)
         s_main = dest_start(spec, base, tp)
         s_dead = dl_dest.start_of(tp) if dl_dest else 0
-        good, dead, js = _json_tables(spec, _since(raw, min(s_main, s_dead)), base)
+        good, dead, js = _json_rows(spec, _since(raw, min(s_main, s_dead)), base)
         fields = tuple(sorted((n, k) for n, (k, _v) in js.columns.items()))
         writer.write(base, _since(good, s_main), fields)
         conflicts.extend(f"{unit.topic}/{unit.partition}: {c}" for c in js.conflicts)

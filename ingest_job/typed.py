@@ -36,6 +36,7 @@ from ingest_job.typed_decode import (
     top_level,
 )
 from ingest_job.typed_schema import TypedSchemaError, avro_columns, json_columns, proto_columns
+from ingest_job.upsert import unwrap_debezium
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -67,6 +68,8 @@ class TypedSpec:
     kind: str  # AVRO | PROTOBUF | JSON
     entries: tuple[RegistryEntry, ...]
     columns: tuple[tuple[str, pa.Schema], ...] = field(default=())
+    cdc: str | None = None  # "debezium": values are change events, columns from "after"
+    upsert: tuple[str, ...] = ()
 
     def columns_of(self, table: str) -> pa.Schema | None:
         for name, schema in self.columns:
@@ -124,8 +127,18 @@ def load_registry(
         raise IngestError(f"cannot read the schema registry from {meta_url}: {exc}") from exc
 
 
-def value_columns(entry: RegistryEntry) -> Schema:
-    """The table columns one registered schema asks for."""
+def value_columns(entry: RegistryEntry, cdc: str | None = None) -> Schema:
+    """The table columns one registered schema asks for (a change event's ``after``)."""
+    cols = _value_columns(entry)
+    if not cdc:
+        return cols
+    after = next((f for f in cols.fields if f.name == "after"), None)
+    if after is None or not isinstance(after.field_type, StructType):
+        raise IngestError(f"schema id {entry.schema_id} is not a Debezium envelope (no after)")
+    return Schema(*after.field_type.fields)
+
+
+def _value_columns(entry: RegistryEntry) -> Schema:
     kind = entry.schema.schema_type
     try:
         if kind == "AVRO":
@@ -163,12 +176,15 @@ def _covered(have: IcebergType, want: IcebergType) -> bool:
 
 
 def evolve_table(
-    catalog: Catalog, ident: tuple[str, str], versions: Sequence[tuple[str, int, RegistryEntry]]
+    catalog: Catalog,
+    ident: tuple[str, str],
+    versions: Sequence[tuple[str, int, RegistryEntry]],
+    cdc: str | None = None,
 ) -> Table:
     """Union the table's schema with each subject version, in order (one commit each)."""
     tbl = catalog.load_table(ident)
     for subject, version, entry in versions:
-        cols = value_columns(entry)
+        cols = value_columns(entry, cdc)
         for attempt in range(MAX_EVOLVE_ATTEMPTS):
             if _covered(tbl.schema().as_struct(), cols.as_struct()):
                 break
@@ -203,6 +219,8 @@ def prepare_typed(
     snapshot: RegistrySnapshot,
     tables: Sequence[tuple[str, Sequence[str]]],
     base_names: Sequence[str],
+    cdc: str | None = None,
+    upsert: tuple[str, ...] = (),
 ) -> TypedSpec:
     """Evolve every data table (name, topics) to its subjects' versions; the task spec."""
     kind = KINDS[value_format]
@@ -221,10 +239,10 @@ def prepare_typed(
                         f"not {value_format}"
                     )
                 versions.append((subject, version, entry))
-        tbl = evolve_table(catalog, (namespace, name), versions)
+        tbl = evolve_table(catalog, (namespace, name), versions, cdc)
         cols.append((name, arrow_columns(tbl, base_names)))
     entries = tuple(e for e in snapshot.entries.values() if e.schema.schema_type == kind)
-    return TypedSpec(kind, entries, tuple(cols))
+    return TypedSpec(kind, entries, tuple(cols), cdc, upsert)
 
 
 # ---------------------------------------------------------------------------- task side
@@ -251,20 +269,28 @@ class _Decoders:
 
 def decode_values(
     spec: TypedSpec, columns: pa.Schema, values: Sequence[bytes | None], offsets: Sequence[int]
-) -> tuple[list[int], pa.StructArray, list[tuple[int, str]]]:
-    """(rows that decoded, their value columns as one struct array, dead (row, reason))."""
+) -> tuple[list[int], pa.StructArray, list[tuple[int, str]], list[str]]:
+    """(rows that decoded, their value columns as one struct array, dead (row, reason),
+    upsert op per decoded row)."""
     decoders = _Decoders(spec)
     struct = pa.struct(list(columns))
     rows: list[dict[str, Any]] = []
     good: list[int] = []
     dead: list[tuple[int, str]] = []
+    ops: list[str] = []
+    tombstone = "skip" if spec.cdc or (spec.upsert and spec.upsert != ("key",)) else "d"
     for i, raw in enumerate(values):
         if raw is None:  # a tombstone: a row whose value columns are null
             rows.append({})
             good.append(i)
+            ops.append(tombstone)
             continue
         try:
-            row = top_level(decoders.decode(raw))
+            value = decoders.decode(raw)
+            op = "u"
+            if spec.cdc:
+                op, value = unwrap_debezium(value)
+            row = top_level(value)
             if spec.kind == "JSON":
                 row = coerce_json(row, struct)
         except Exception as exc:  # any decoder failure is this record's dead letter
@@ -272,22 +298,24 @@ def decode_values(
             continue
         rows.append(row)
         good.append(i)
+        ops.append(op)
     try:
         arr = pa.array(rows, struct)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        arr, good, dead = _row_by_row(rows, good, dead, struct, offsets)
-    return good, arr, dead
+        arr, good, dead, ops = _row_by_row(rows, good, ops, dead, struct, offsets)
+    return good, arr, dead, ops
 
 
 def _row_by_row(
     rows: list[dict[str, Any]],
     good: list[int],
+    ops: list[str],
     dead: list[tuple[int, str]],
     struct: pa.StructType,
     offsets: Sequence[int],
-) -> tuple[pa.StructArray, list[int], list[tuple[int, str]]]:
-    keep_rows, keep_idx = [], []
-    for row, i in zip(rows, good, strict=True):
+) -> tuple[pa.StructArray, list[int], list[tuple[int, str]], list[str]]:
+    keep_rows, keep_idx, keep_ops = [], [], []
+    for row, i, op in zip(rows, good, ops, strict=True):
         try:
             pa.array([row], struct)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
@@ -295,8 +323,9 @@ def _row_by_row(
             continue
         keep_rows.append(row)
         keep_idx.append(i)
+        keep_ops.append(op)
     dead.sort()
-    return pa.array(keep_rows, struct), keep_idx, dead
+    return pa.array(keep_rows, struct), keep_idx, dead, keep_ops
 
 
 def typed_tables(spec: TypedSpec, raw: pa.Table, table: str) -> tuple[pa.Table, pa.Table]:
@@ -304,12 +333,16 @@ def typed_tables(spec: TypedSpec, raw: pa.Table, table: str) -> tuple[pa.Table, 
     columns = spec.columns_of(table)
     if columns is None:
         raise IngestError(f"no value columns planned for table {table}")
-    good, arr, dead = decode_values(
+    good, arr, dead, ops = decode_values(
         spec, columns, raw.column("value").to_pylist(), raw.column("offset").to_pylist()
     )
     out = raw.take(pa.array(good, pa.int64()))
     for i, f in enumerate(columns):
         out = out.append_column(f, arr.field(i))
+    if spec.cdc or spec.upsert:
+        from ingest_job.upsert import with_ops
+
+        out = with_ops(out, ops)
     idx = pa.array([i for i, _ in dead], pa.int64())
     dl = raw.take(idx).drop_columns(["headers"])
     dl = dl.append_column("error", pa.array([r for _, r in dead], pa.string()))
