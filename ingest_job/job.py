@@ -83,6 +83,7 @@ class IngestSummary:
     gaps: list[Gap] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # tables a concurrent run committed
+    newest_ms: int = -1  # newest record timestamp (ms) this run committed (freshness)
 
     def lines(self) -> list[str]:
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
@@ -393,6 +394,9 @@ def _commit_all(
             cat.delete_files(load_file_io(dict(catalog.properties)), left)
             raise IngestError(f"commit to {cfg.namespace}.{t.name} failed: {exc}") from exc
         done.add(t.name)
+        summary.newest_ms = max(
+            [summary.newest_ms, *(r.newest_ms for r in results if (r.topic, r.partition) in new)]
+        )
         summary.rows += res.records
         summary.files += res.files
         summary.bytes += res.bytes

@@ -140,3 +140,4 @@ class UnitResult:
     conflicts: tuple[str, ...] = ()
     # tables that received no file but exist in the route set (routing)
     tables_seen: tuple[str, ...] = field(default=())
+    newest_ms: int = -1  # newest record timestamp (ms) the unit wrote (freshness)

@@ -382,4 +382,12 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
         files=tuple(writer.files),
         dead_letters=dead_count,
         conflicts=tuple(conflicts),
+        newest_ms=_newest_ms(raw),
     )
+
+
+def _newest_ms(raw: pa.Table) -> int:
+    if raw.num_rows == 0:
+        return -1
+    newest = pc.max(raw.column("timestamp").cast(pa.int64())).as_py()
+    return -1 if newest is None else int(newest) // 1000
