@@ -1,0 +1,184 @@
+"""Typed values without Spark: wire format, schema -> Iceberg mapping, decoding, CDC, fold."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import fastavro
+import pyarrow as pa
+import pytest
+from pyiceberg.io import load_file_io
+
+from broker.meta.schema import RegistrySchema
+from ingest_job.model import WrittenFile
+from ingest_job.task import write_parquet
+from ingest_job.typed import RegistryEntry, TypedSpec, decode_values, value_columns
+from ingest_job.typed_decode import WireFormatError, message_indexes, split_wire
+from ingest_job.upsert import OP_COLUMN, CdcError, delete_filter, fold_files, unwrap_debezium
+from tests.fixtures.registry_schemas import AVRO_V2, proto_class, proto_file
+
+UNION = {
+    "type": "record", "name": "U",
+    "fields": [
+        {"name": "choice", "type": ["null", "int", "string", {
+            "type": "record", "name": "P", "fields": [{"name": "x", "type": "int"}]}]},
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "key", "type": "long"},
+    ],
+}  # fmt: skip
+
+
+def _avro(schema: dict, value: dict, sid: int = 7) -> bytes:
+    out = io.BytesIO()
+    out.write(b"\0" + sid.to_bytes(4, "big"))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+    return out.getvalue()
+
+
+def _spec(kind: str, entries: list[RegistryEntry]) -> tuple[TypedSpec, pa.Schema]:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    cols = schema_to_pyarrow(value_columns(entries[-1]), include_field_ids=False)
+    return TypedSpec(kind, tuple(entries), (("t", cols),)), cols
+
+
+def test_wire_format() -> None:
+    assert split_wire(b"\0\0\0\1\2xyz") == (258, 5)
+    with pytest.raises(WireFormatError):
+        split_wire(b"\1\0\0\0\1")
+    with pytest.raises(WireFormatError):
+        split_wire(b"\0\0")
+    assert message_indexes(b"\0", 0) == ([0], 1)
+    assert message_indexes(bytes([4, 2, 6]), 0) == ([1, 3], 3)  # zigzag: 2 entries: 1, 3
+    with pytest.raises(WireFormatError):
+        message_indexes(bytes([4, 2]), 0)
+
+
+def test_avro_mapping_and_decoding() -> None:
+    entry = RegistryEntry(7, RegistrySchema("AVRO", json.dumps(UNION)), ())
+    spec, cols = _spec("AVRO", [entry])
+    assert [f.name for f in cols] == ["choice", "id", "value_key"]  # key clashes: renamed
+    assert (
+        str(cols.field("choice").type)
+        == "struct<int: int32, string: large_string, P: struct<x: int32>>"
+    )
+    values = [
+        _avro(UNION, {"choice": 5, "id": "3b241101-e2bb-4255-8caf-4136c566a962", "key": 1}),
+        _avro(UNION, {"choice": {"x": 2}, "id": "3b241101-e2bb-4255-8caf-4136c566a962", "key": 2}),
+        _avro(UNION, {"choice": None, "id": "3b241101-e2bb-4255-8caf-4136c566a962", "key": 3}),
+        _avro(UNION, {"choice": "s", "id": "3b241101-e2bb-4255-8caf-4136c566a962", "key": 4}, 99),
+        None,
+        b"garbage",
+    ]
+    good, arr, dead, ops = decode_values(spec, cols, values, list(range(6)))
+    assert good == [0, 1, 2, 4] and ops == ["u", "u", "u", "d"]
+    assert [d[0] for d in dead] == [3, 5]
+    assert "schema id 99" in dead[0][1] and "wire format" in dead[1][1]
+    rows = arr.to_pylist()
+    assert rows[0]["choice"] == {"int": 5, "string": None, "P": None}
+    assert rows[1]["choice"] == {"int": None, "string": None, "P": {"x": 2}}
+    assert rows[2]["choice"] is None and rows[0]["id"] == "3b241101-e2bb-4255-8caf-4136c566a962"
+
+
+def test_avro_logical_types_and_evolution_columns() -> None:
+    entry = RegistryEntry(1, RegistrySchema("AVRO", json.dumps(AVRO_V2)), ())
+    cols = value_columns(entry)
+    types = {f.name: str(f.field_type) for f in cols.fields}
+    assert types["amount"] == "decimal(10, 2)" and types["placed"] == "timestamptz"
+    assert types["day"] == "date" and types["status"] == "string" and types["note"] == "string"
+    assert types["attrs"].startswith("map<string, long>")
+    assert all(not f.required for f in cols.fields)
+    spec, arrow = _spec("AVRO", [entry])
+    rec = {
+        "id": 1, "customer": "c", "amount": Decimal("1.50"),
+        "placed": datetime(2026, 1, 1, tzinfo=UTC), "day": date(2026, 1, 2), "status": "NEW",
+        "tags": [], "attrs": {"a": 1}, "address": None, "qty": 1, "note": None,
+    }  # fmt: skip
+    _good, arr, dead, _ops = decode_values(spec, arrow, [_avro(AVRO_V2, rec, 1)], [0])
+    assert dead == []
+    row = arr.to_pylist()[0]
+    assert row["amount"] == Decimal("1.50") and row["day"] == date(2026, 1, 2)
+    assert row["attrs"] == [("a", 1)]
+
+
+def test_protobuf_mapping_and_decoding() -> None:
+    fdp = proto_file(2)
+    b64 = base64.b64encode(fdp.SerializeToString()).decode()
+    entry = RegistryEntry(3, RegistrySchema("PROTOBUF", b64), ())
+    spec, cols = _spec("PROTOBUF", [entry])
+    assert [f.name for f in cols] == [
+        "sensor", "value_value", "count", "kind", "where", "samples", "note",
+    ]  # fmt: skip
+    cls = proto_class(2)
+    msg = cls(sensor="s", value=2.5, count=-1, kind=1, samples=[3], note="n")
+    data = b"\0" + (3).to_bytes(4, "big") + b"\0" + msg.SerializeToString()
+    _good, arr, dead, _ops = decode_values(spec, cols, [data], [0])
+    assert dead == []
+    assert arr.to_pylist() == [{"sensor": "s", "value_value": 2.5, "count": -1, "kind": "TEMP",
+                                "where": None, "samples": [3], "note": "n"}]  # fmt: skip
+    text = RegistryEntry(4, RegistrySchema("PROTOBUF", 'syntax = "proto3"; message M {}'), ())
+    _g, _a, dead, _o = decode_values(
+        TypedSpec("PROTOBUF", (text,), ()), pa.schema([]), [b"\0\0\0\0\4\0"], [0]
+    )
+    assert ".proto text" in dead[0][1]
+
+
+def test_json_schema_coercion() -> None:
+    schema = {"type": "object", "properties": {
+        "n": {"type": "integer"}, "x": {"type": "number"},
+        "d": {"type": "string", "format": "date"},
+        "o": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "free": {}}}  # fmt: skip
+    entry = RegistryEntry(5, RegistrySchema("JSON", json.dumps(schema)), ())
+    spec, cols = _spec("JSON", [entry])
+    value = {"n": 1, "x": 2, "d": "2026-03-04", "o": {"a": 1}, "free": {"k": [1]}}
+    data = b"\0\0\0\0\5" + json.dumps(value).encode()
+    bad = b"\0\0\0\0\5" + json.dumps({"n": "one"}).encode()
+    _good, arr, dead, _ops = decode_values(spec, cols, [data, bad], [0, 1])
+    assert arr.to_pylist() == [
+        {"n": 1, "x": 2.0, "d": date(2026, 3, 4), "o": [("a", 1)], "free": '{"k":[1]}'}
+    ]
+    assert [d[0] for d in dead] == [1] and "does not fit" in dead[0][1]
+
+
+def test_debezium_unwrap() -> None:
+    row = {"id": 1}
+    assert unwrap_debezium({"op": "c", "after": row}) == ("u", row)
+    assert unwrap_debezium({"op": "r", "after": row}) == ("u", row)
+    assert unwrap_debezium({"payload": {"op": "d", "before": row}}) == ("d", row)
+    for bad in ({"op": "t"}, {"op": "u"}, [1], {"after": row}):
+        with pytest.raises(CdcError):
+            unwrap_debezium(bad)
+
+
+def test_fold_newest_per_key_and_deletes(tmp_path: Path) -> None:
+    io_ = load_file_io({})
+    base = {"timestamp": pa.array([1, 2, 3, 4, 5], pa.timestamp("us", tz="UTC")),
+            "partition": pa.array([0] * 5, pa.int32()), "offset": pa.array(range(5), pa.int64()),
+            "id": [1, 2, 1, 3, 2], "v": ["a", "b", "c", "d", "e"],
+            OP_COLUMN: ["u", "u", "u", "u", "d"]}  # fmt: skip
+    t = pa.table(base)
+    paths = []
+    for i, part in enumerate((t.slice(0, 3), t.slice(3))):
+        p = f"file://{tmp_path}/in-{i}.parquet"
+        paths.append(WrittenFile("t", p, part.num_rows, write_parquet(io_, p, part)))
+    files, keys = fold_files(io_, paths, ["id"], f"file://{tmp_path}", "run")
+    assert sorted(keys.column("id").to_pylist()) == [1, 2, 3]
+    (f,) = files
+    import pyarrow.parquet as pq
+
+    got = pq.read_table(f.path[len("file://") :])
+    assert OP_COLUMN not in got.column_names
+    assert sorted(zip(got["id"].to_pylist(), got["v"].to_pylist(), strict=True)) == [
+        (1, "c"), (3, "d"),
+    ]  # fmt: skip
+    assert not any(Path(p.path[7:]).exists() for p in paths)  # inputs folded away
+    assert str(delete_filter(pa.table({"id": [1, None]}))) == str(
+        delete_filter(pa.table({"id": [1]}))
+    )
+    assert delete_filter(pa.table({"id": pa.array([None], pa.int64())})) is None
