@@ -182,3 +182,38 @@ def test_fold_newest_per_key_and_deletes(tmp_path: Path) -> None:
         delete_filter(pa.table({"id": [1]}))
     )
     assert delete_filter(pa.table({"id": pa.array([None], pa.int64())})) is None
+
+
+ENVELOPE = {
+    "type": "record", "name": "Envelope", "namespace": "dbserver.inventory.items",
+    "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+            {"name": "id", "type": "int"},
+            {"name": "name", "type": ["null", "string"], "default": None}]}], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}  # fmt: skip
+
+
+def test_debezium_avro_columns_and_ops() -> None:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    entry = RegistryEntry(8, RegistrySchema("AVRO", json.dumps(ENVELOPE)), ())
+    cols = value_columns(entry, "debezium")
+    assert [f.name for f in cols.fields] == ["id", "name"]
+    arrow = schema_to_pyarrow(cols, include_field_ids=False)
+    spec = TypedSpec("AVRO", (entry,), (("t", arrow),), "debezium", ("id",))
+    row = {"id": 1, "name": "a"}
+    values = [
+        _avro(ENVELOPE, {"before": None, "after": row, "op": "c"}, 8),
+        _avro(ENVELOPE, {"before": row, "after": {"id": 1, "name": "b"}, "op": "u"}, 8),
+        _avro(ENVELOPE, {"before": row, "after": None, "op": "d"}, 8),
+        None,  # the tombstone after a delete: skipped
+        _avro(ENVELOPE, {"before": None, "after": None, "op": "t"}, 8),
+    ]
+    good, arr, dead, ops = decode_values(spec, arrow, values, list(range(5)))
+    assert good == [0, 1, 2, 3] and ops == ["u", "u", "d", "skip"]
+    assert arr.to_pylist()[:3] == [row, {"id": 1, "name": "b"}, row]
+    assert [d[0] for d in dead] == [4] and "unsupported Debezium op 't'" in dead[0][1]
