@@ -61,6 +61,13 @@ def ingest_parser() -> EnvParser:
         choices=["raw", "json", "avro", "protobuf", "json-schema"],
     )
     pp.option(
+        "--key-format",
+        "raw: key as bytes; avro, protobuf, json-schema: also key_<field> columns (subject "
+        "<topic>-key)",
+        default="raw",
+        choices=["raw", "avro", "protobuf", "json-schema"],
+    )
+    pp.option(
         "--upsert-key",
         "comma-separated columns (or 'key', the record key): keep the newest row per key",
     )
@@ -140,6 +147,7 @@ def _ingest(argv: Sequence[str]) -> int:
         progress_interval=args.progress_interval,
         upsert_key=tuple(k.strip() for k in (args.upsert_key or "").split(",") if k.strip()),
         cdc=args.cdc,
+        key_format=args.key_format,
     )
     if args.continuous:
         return _continuous(cfg, args.trigger)

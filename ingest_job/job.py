@@ -66,6 +66,7 @@ class IngestConfig:
     progress_interval: float = 10.0
     upsert_key: tuple[str, ...] = ()  # latest row per key (ingest_job/upsert.py)
     cdc: str | None = None  # "debezium": unwrap change events, deletes remove rows
+    key_format: str = "raw"  # avro | protobuf | json-schema: key_<field> columns
 
 
 @dataclass(slots=True)
@@ -278,7 +279,7 @@ def _typed_spec(catalog: Catalog, cfg: IngestConfig, targets: Sequence[_Target])
     tables = [(t.name, sorted({tp[0] for tp in t.sources})) for t in targets if not t.dead_letter]
     return prepare_typed(
         catalog, cfg.namespace, cfg.value_format, snap, tables, cat.base_schema().column_names,
-        cfg.cdc, cfg.upsert_key,
+        cfg.cdc, cfg.upsert_key, None if cfg.key_format == "raw" else cfg.key_format,
     )  # fmt: skip
 
 
@@ -299,6 +300,8 @@ def run_ingest(
         raise IngestError("--route-by needs --value-format json")
     if cfg.cdc and (cfg.value_format == "raw" or not cfg.upsert_key):
         raise IngestError("--cdc debezium needs a value format and --upsert-key (the row's key)")
+    if cfg.key_format != "raw" and cfg.value_format in ("raw", "json"):
+        raise IngestError("--key-format needs --value-format avro, protobuf or json-schema")
     if cfg.upsert_key and cfg.route_by:
         raise IngestError("--upsert-key and --route-by exclude each other")
     targets = _targets(catalog, cfg, tps)

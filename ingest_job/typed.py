@@ -70,6 +70,8 @@ class TypedSpec:
     columns: tuple[tuple[str, pa.Schema], ...] = field(default=())
     cdc: str | None = None  # "debezium": values are change events, columns from "after"
     upsert: tuple[str, ...] = ()
+    key: TypedSpec | None = None  # --key-format: the keys' spec (its columns: key_<field>)
+    prefix: str = ""  # "key_" in a key spec
 
     def columns_of(self, table: str) -> pa.Schema | None:
         for name, schema in self.columns:
@@ -78,8 +80,8 @@ class TypedSpec:
         return None
 
 
-def subject_for(topic: str) -> str:
-    return f"{topic}-value"
+def subject_for(topic: str, part: str = "value") -> str:
+    return f"{topic}-{part}"
 
 
 async def _load(
@@ -102,8 +104,7 @@ async def _load(
                 continue
             entries[sid] = RegistryEntry(sid, schema, refs)
         subjects: dict[str, list[tuple[int, int]]] = {}
-        for topic in topics:
-            subject = subject_for(topic)
+        for subject in [subject_for(t, part) for t in topics for part in ("value", "key")]:
             try:
                 versions = await reg.versions(subject, deleted=True)
             except RegistryError:
@@ -127,9 +128,10 @@ def load_registry(
         raise IngestError(f"cannot read the schema registry from {meta_url}: {exc}") from exc
 
 
-def value_columns(entry: RegistryEntry, cdc: str | None = None) -> Schema:
-    """The table columns one registered schema asks for (a change event's ``after``)."""
-    cols = _value_columns(entry)
+def value_columns(entry: RegistryEntry, cdc: str | None = None, prefix: str = "") -> Schema:
+    """The table columns one registered schema asks for (a change event's ``after``;
+    ``prefix="key_"`` for keys)."""
+    cols = _value_columns(entry, prefix)
     if not cdc:
         return cols
     after = next((f for f in cols.fields if f.name == "after"), None)
@@ -138,18 +140,18 @@ def value_columns(entry: RegistryEntry, cdc: str | None = None) -> Schema:
     return Schema(*after.field_type.fields)
 
 
-def _value_columns(entry: RegistryEntry) -> Schema:
+def _value_columns(entry: RegistryEntry, prefix: str) -> Schema:
     kind = entry.schema.schema_type
     try:
         if kind == "AVRO":
-            return avro_columns(entry.schema.schema, [r.schema for r in entry.refs])
+            return avro_columns(entry.schema.schema, [r.schema for r in entry.refs], prefix)
         if kind == "JSON":
-            return json_columns(entry.schema.schema)
+            return json_columns(entry.schema.schema, prefix)
         from ingest_job.typed_decode import proto_pool
 
         _pool, file_desc = proto_pool(entry.schema, entry.refs)
         first = next(iter(file_desc.message_types_by_name.values()))
-        return proto_columns(first)
+        return proto_columns(first, prefix)
     except (TypedSchemaError, WireFormatError, ValueError, KeyError, StopIteration) as exc:
         raise IngestError(f"schema id {entry.schema_id}: cannot map to Iceberg: {exc}") from exc
 
@@ -178,13 +180,12 @@ def _covered(have: IcebergType, want: IcebergType) -> bool:
 def evolve_table(
     catalog: Catalog,
     ident: tuple[str, str],
-    versions: Sequence[tuple[str, int, RegistryEntry]],
-    cdc: str | None = None,
+    versions: Sequence[tuple[str, int, RegistryEntry, Schema]],
 ) -> Table:
-    """Union the table's schema with each subject version, in order (one commit each)."""
+    """Union the table's schema with each subject version's columns, in order (one
+    commit each)."""
     tbl = catalog.load_table(ident)
-    for subject, version, entry in versions:
-        cols = value_columns(entry, cdc)
+    for subject, version, entry, cols in versions:
         for attempt in range(MAX_EVOLVE_ATTEMPTS):
             if _covered(tbl.schema().as_struct(), cols.as_struct()):
                 break
@@ -221,28 +222,48 @@ def prepare_typed(
     base_names: Sequence[str],
     cdc: str | None = None,
     upsert: tuple[str, ...] = (),
+    key_format: str | None = None,
 ) -> TypedSpec:
     """Evolve every data table (name, topics) to its subjects' versions; the task spec."""
     kind = KINDS[value_format]
     cols: list[tuple[str, pa.Schema]] = []
+    key_cols: list[tuple[str, pa.Schema]] = []
     for name, topics in tables:
-        versions = []
-        for topic in topics:
-            subject = subject_for(topic)
-            for version, sid in snapshot.subjects.get(subject, []):
-                entry = snapshot.entries.get(sid)
-                if entry is None:
-                    continue
-                if entry.schema.schema_type != kind:
-                    raise IngestError(
-                        f"{subject} version {version} is {entry.schema.schema_type}, "
-                        f"not {value_format}"
-                    )
-                versions.append((subject, version, entry))
-        tbl = evolve_table(catalog, (namespace, name), versions, cdc)
-        cols.append((name, arrow_columns(tbl, base_names)))
+        versions = _versions(snapshot, topics, "value", value_format, cdc)
+        keys = _versions(snapshot, topics, "key", key_format, None) if key_format else []
+        tbl = evolve_table(catalog, (namespace, name), [*keys, *versions])
+        key_names = {f.name for *_x, c in keys for f in c.fields}
+        full = arrow_columns(tbl, base_names)
+        cols.append((name, pa.schema([f for f in full if f.name not in key_names])))
+        key_cols.append((name, pa.schema([f for f in full if f.name in key_names])))
+    key = None
+    if key_format:
+        kkind = KINDS[key_format]
+        kentries = tuple(e for e in snapshot.entries.values() if e.schema.schema_type == kkind)
+        key = TypedSpec(kkind, kentries, tuple(key_cols), prefix="key_")
     entries = tuple(e for e in snapshot.entries.values() if e.schema.schema_type == kind)
-    return TypedSpec(kind, entries, tuple(cols), cdc, upsert)
+    return TypedSpec(kind, entries, tuple(cols), cdc, upsert, key)
+
+
+def _versions(
+    snapshot: RegistrySnapshot, topics: Sequence[str], part: str, fmt: str, cdc: str | None
+) -> list[tuple[str, int, RegistryEntry, Schema]]:
+    """(subject, version, entry, columns) of the topics' ``-value`` / ``-key`` subjects."""
+    kind = KINDS[fmt]
+    out = []
+    for topic in topics:
+        subject = subject_for(topic, part)
+        for version, sid in snapshot.subjects.get(subject, []):
+            entry = snapshot.entries.get(sid)
+            if entry is None:
+                continue
+            if entry.schema.schema_type != kind:
+                raise IngestError(
+                    f"{subject} version {version} is {entry.schema.schema_type}, not {fmt}"
+                )
+            prefix = "key_" if part == "key" else ""
+            out.append((subject, version, entry, value_columns(entry, cdc, prefix)))
+    return out
 
 
 # ---------------------------------------------------------------------------- task side
@@ -290,7 +311,7 @@ def decode_values(
             op = "u"
             if spec.cdc:
                 op, value = unwrap_debezium(value)
-            row = top_level(value)
+            row = top_level(value, spec.prefix)
             if spec.kind == "JSON":
                 row = coerce_json(row, struct)
         except Exception as exc:  # any decoder failure is this record's dead letter
@@ -333,12 +354,29 @@ def typed_tables(spec: TypedSpec, raw: pa.Table, table: str) -> tuple[pa.Table, 
     columns = spec.columns_of(table)
     if columns is None:
         raise IngestError(f"no value columns planned for table {table}")
-    good, arr, dead, ops = decode_values(
-        spec, columns, raw.column("value").to_pylist(), raw.column("offset").to_pylist()
-    )
+    offsets = raw.column("offset").to_pylist()
+    good, arr, dead, ops = decode_values(spec, columns, raw.column("value").to_pylist(), offsets)
+    parts = [(columns, arr)]
+    if spec.key is not None:
+        kcols = spec.key.columns_of(table) or pa.schema([])
+        kgood, karr, kdead, _ops = decode_values(
+            spec.key, kcols, raw.column("key").to_pylist(), offsets
+        )
+        both = sorted(set(good) & set(kgood))
+        vpos, kpos = {r: i for i, r in enumerate(good)}, {r: i for i, r in enumerate(kgood)}
+        ops = [ops[vpos[r]] for r in both]
+        arr = arr.take(pa.array([vpos[r] for r in both], pa.int64()))
+        parts = [(kcols, karr.take(pa.array([kpos[r] for r in both], pa.int64()))),
+                 (columns, arr)]  # fmt: skip
+        reasons: dict[int, list[str]] = {}
+        for i, why in [*kdead, *dead]:
+            reasons.setdefault(i, []).append(why)
+        dead = [(i, "; ".join(w)) for i, w in sorted(reasons.items())]
+        good = both
     out = raw.take(pa.array(good, pa.int64()))
-    for i, f in enumerate(columns):
-        out = out.append_column(f, arr.field(i))
+    for cols, values in parts:
+        for i, f in enumerate(cols):
+            out = out.append_column(f, values.field(i))
     if spec.cdc or spec.upsert:
         from ingest_job.upsert import with_ops
 

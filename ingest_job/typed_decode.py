@@ -15,8 +15,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from broker.meta.schema import RegistrySchema
-from ingest_job.jsonvals import column_name
-from ingest_job.typed_schema import VALUE_COLUMN, union_branch_name
+from ingest_job.typed_schema import VALUE_COLUMN, top_name, union_branch_name
 
 Convert = Callable[[Any], Any]
 KINDS = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
@@ -61,11 +60,12 @@ def message_indexes(data: bytes, pos: int) -> tuple[list[int], int]:
     return out, pos
 
 
-def top_level(value: Any) -> dict[str, Any]:
-    """The row of a decoded value: a record's fields (renamed like the columns), else one."""
+def top_level(value: Any, prefix: str = "") -> dict[str, Any]:
+    """The row of a decoded value (or key, ``prefix="key_"``): a record's fields named like
+    the columns, else one column."""
     if isinstance(value, dict):
-        return {column_name(k): v for k, v in value.items()}
-    return {VALUE_COLUMN: value}
+        return {top_name(k, prefix): v for k, v in value.items()}
+    return {f"{prefix}data" if prefix else VALUE_COLUMN: value}
 
 
 # ---------------------------------------------------------------------------- Avro

@@ -73,12 +73,18 @@ def _struct(fields: list[tuple[str, IcebergType]], ids: _Ids) -> StructType:
     return StructType(*[NestedField(ids(), n, t, required=False) for n, t in fields])
 
 
-def _top(t: IcebergType, ids: _Ids) -> Schema:
+def top_name(name: str, prefix: str = "") -> str:
+    """The column of a top-level field: renamed away from the Kafka columns for values,
+    ``key_<name>`` for keys (``prefix="key_"``)."""
+    return prefix + name if prefix else column_name(name)
+
+
+def _top(t: IcebergType, ids: _Ids, prefix: str = "") -> Schema:
     """Top-level columns: a struct's fields (renamed away from the Kafka columns)."""
     if isinstance(t, StructType):
-        fields = [(column_name(f.name), f.field_type) for f in t.fields]
+        fields = [(top_name(f.name, prefix), f.field_type) for f in t.fields]
     else:
-        fields = [(VALUE_COLUMN, t)]
+        fields = [(f"{prefix}data" if prefix else VALUE_COLUMN, t)]
     return Schema(*[NestedField(ids(), n, ft, required=False) for n, ft in fields])
 
 
@@ -155,12 +161,12 @@ def avro_type(schema: Any, named: dict[str, Any], ids: _Ids, ns: str | None = No
     raise TypedSchemaError(f"unsupported Avro schema {str(schema)[:80]}")
 
 
-def avro_columns(schema_text: str, ref_texts: list[str]) -> Schema:
+def avro_columns(schema_text: str, ref_texts: list[str], prefix: str = "") -> Schema:
     named: dict[str, Any] = {}
     ids = _Ids()
     for ref in ref_texts:
         avro_type(json.loads(ref), named, ids)
-    return _top(avro_type(json.loads(schema_text), named, ids), ids)
+    return _top(avro_type(json.loads(schema_text), named, ids), ids, prefix)
 
 
 # ---------------------------------------------------------------------------- Protobuf
@@ -224,9 +230,9 @@ def _pb_type_names() -> dict[int, str]:
 _PB_TYPE_NAMES = _pb_type_names()
 
 
-def proto_columns(desc: Any) -> Schema:
+def proto_columns(desc: Any, prefix: str = "") -> Schema:
     ids = _Ids()
-    return _top(proto_message_type(desc, ids), ids)
+    return _top(proto_message_type(desc, ids), ids, prefix)
 
 
 # ---------------------------------------------------------------------------- JSON Schema
@@ -277,11 +283,11 @@ def json_type(schema: Any, ids: _Ids, defs: dict[str, Any], depth: int = 0) -> I
     return StringType()
 
 
-def json_columns(schema_text: str) -> Schema:
+def json_columns(schema_text: str, prefix: str = "") -> Schema:
     doc = json.loads(schema_text)
     defs: dict[str, Any] = {}
     if isinstance(doc, dict):
         for key in ("definitions", "$defs"):
             defs.update(doc.get(key) or {})
     ids = _Ids()
-    return _top(json_type(doc, ids, defs), ids)
+    return _top(json_type(doc, ids, defs), ids, prefix)

@@ -217,3 +217,37 @@ def test_debezium_avro_columns_and_ops() -> None:
     assert good == [0, 1, 2, 3] and ops == ["u", "u", "d", "skip"]
     assert arr.to_pylist()[:3] == [row, {"id": 1, "name": "b"}, row]
     assert [d[0] for d in dead] == [4] and "unsupported Debezium op 't'" in dead[0][1]
+
+
+def test_key_format_columns_and_dead_letters() -> None:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from ingest_job.decode import RAW_SCHEMA
+    from ingest_job.typed import typed_tables
+
+    key_schema = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}
+    val_schema = {"type": "record", "name": "V", "fields": [{"name": "n", "type": "string"}]}
+    kentry = RegistryEntry(1, RegistrySchema("AVRO", json.dumps(key_schema)), ())
+    ventry = RegistryEntry(2, RegistrySchema("AVRO", json.dumps(val_schema)), ())
+    kcols = schema_to_pyarrow(value_columns(kentry, None, "key_"), include_field_ids=False)
+    vcols = schema_to_pyarrow(value_columns(ventry), include_field_ids=False)
+    assert kcols.names == ["key_id"]
+    key_spec = TypedSpec("AVRO", (kentry,), (("t", kcols),), prefix="key_")
+    spec = TypedSpec("AVRO", (ventry,), (("t", vcols),), key=key_spec)
+    keys = [_avro(key_schema, {"id": 10}, 1), b"bad key", None, _avro(key_schema, {"id": 13}, 1)]
+    vals = [_avro(val_schema, {"n": "a"}, 2), _avro(val_schema, {"n": "b"}, 2),
+            _avro(val_schema, {"n": "c"}, 2), b"bad value"]  # fmt: skip
+    raw = pa.table(
+        {"topic": ["t"] * 4, "partition": pa.array([0] * 4, pa.int32()),
+         "offset": pa.array(range(4), pa.int64()),
+         "timestamp": pa.array([0] * 4, pa.timestamp("us", tz="UTC")),
+         "timestamp_type": pa.array([0] * 4, pa.int32()), "key": keys, "value": vals,
+         "headers": pa.array([[]] * 4, RAW_SCHEMA.field("headers").type)},
+        schema=RAW_SCHEMA,
+    )  # fmt: skip
+    good, dead = typed_tables(spec, raw, "t")
+    assert good.select(["offset", "key_id", "n"]).to_pylist() == [
+        {"offset": 0, "key_id": 10, "n": "a"},
+        {"offset": 2, "key_id": None, "n": "c"},
+    ]
+    assert dead["offset"].to_pylist() == [1, 3]
