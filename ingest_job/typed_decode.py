@@ -64,6 +64,8 @@ def top_level(value: Any, prefix: str = "") -> dict[str, Any]:
     """The row of a decoded value (or key, ``prefix="key_"``): a record's fields named like
     the columns, else one column."""
     if isinstance(value, dict):
+        if not prefix and all(top_name(k) == k for k in value):
+            return value  # no field needs renaming (the usual case): no copy
         return {top_name(k, prefix): v for k, v in value.items()}
     return {f"{prefix}data" if prefix else VALUE_COLUMN: value}
 
@@ -168,8 +170,10 @@ class AvroDecoder:
     def __call__(self, data: bytes, pos: int) -> Any:
         from fastavro import schemaless_reader
 
+        stream = io.BytesIO(data)
+        stream.seek(pos)
         value = schemaless_reader(
-            io.BytesIO(memoryview(data)[pos:]), self.parsed, None,
+            stream, self.parsed, None,
             return_record_name=True, return_record_name_override=True,
         )  # fmt: skip
         return self.convert(value) if self.convert is not None else value
