@@ -86,8 +86,12 @@ class JsonColumns:
     columns: dict[str, tuple[str, list[object]]] = field(default_factory=dict)
     dead: list[tuple[int, str]] = field(default_factory=list)  # (row index, reason)
     conflicts: list[str] = field(default_factory=list)
+    # set by the vectorized path (ingest_job/jsonfast.py): the columns as Arrow arrays
+    arrow: dict[str, pa.Array] | None = None
 
     def arrays(self) -> list[tuple[str, pa.Array]]:
+        if self.arrow is not None:
+            return sorted(self.arrow.items())
         return [
             (name, pa.array(vals, ARROW_TYPES[kind]))
             for name, (kind, vals) in sorted(self.columns.items())
@@ -135,6 +139,16 @@ def parse_json_values(
     values: Sequence[bytes | None], offsets: Sequence[int], known: Mapping[str, str]
 ) -> JsonColumns:
     """Parse ``values``; ``known`` maps existing table columns to their types."""
+    from ingest_job.jsonfast import parse_fast
+
+    fast = parse_fast(values, known, column_name)
+    if fast is not None:
+        fast_kinds, arrow = fast
+        return JsonColumns(
+            rows=list(range(len(values))),
+            columns={n: (kind, arrow[n].to_pylist()) for n, kind in fast_kinds.items()},
+            arrow=arrow,
+        )
     parsed, dead = _parse(values, offsets)
     seen: dict[str, set[str]] = {}
     for _i, obj in parsed:
