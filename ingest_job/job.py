@@ -354,7 +354,9 @@ def _fold(
     from ingest_job.upsert import fold_files, stage_deletes
 
     tbl = catalog.load_table((cfg.namespace, table))
-    folded, keys = fold_files(tbl.io, files, cfg.upsert_key, tbl.location(), run_id)
+    folded, keys = fold_files(
+        tbl.io, files, cfg.upsert_key, tbl.location(), run_id, cfg.partition_by
+    )
     return folded, lambda tx: stage_deletes(tx, keys)
 
 

@@ -114,9 +114,15 @@ def _or(a: BooleanExpression, b: BooleanExpression) -> BooleanExpression:
 
 
 def fold_files(
-    io: FileIO, files: Sequence[WrittenFile], key_cols: Sequence[str], location: str, run_id: str
+    io: FileIO,
+    files: Sequence[WrittenFile],
+    key_cols: Sequence[str],
+    location: str,
+    run_id: str,
+    partition_by: str = "none",
 ) -> tuple[list[WrittenFile], pa.Table]:
-    """(the folded file (none if every key was deleted), the keys it touches)."""
+    """(the folded files, one per partition value (none if every key was deleted), the
+    keys they touch)."""
     tables = []
     for f in files:
         with io.new_input(f.path).open() as stream:
@@ -139,17 +145,20 @@ def fold_files(
         io.delete(f.path)
     if keep.num_rows == 0:
         return [], keys
-    from ingest_job.task import write_parquet
+    from ingest_job.task import _partition_groups, write_parquet
 
-    path = f"{location}/data/kafscale-{run_id}-upsert-{uuid.uuid4().hex[:8]}.parquet"
-    size = write_parquet(io, path, keep)
     fields: dict[str, set[str]] = {}
     for f in files:
         for name, kind in f.fields:
             fields.setdefault(name, set()).add(kind)
     merged = tuple(sorted((name, merge_kinds(k)[0]) for name, k in fields.items()))
-    table = files[0].table
-    return [WrittenFile(table, path, keep.num_rows, size, merged)], keys
+    out = []
+    tag = uuid.uuid4().hex[:8]
+    for i, (pdir, part) in enumerate(_partition_groups(keep, partition_by)):
+        path = f"{location}/data/{pdir}kafscale-{run_id}-upsert-{tag}-{i:03d}.parquet"
+        size = write_parquet(io, path, part)
+        out.append(WrittenFile(files[0].table, path, part.num_rows, size, merged))
+    return out, keys
 
 
 def stage_deletes(tx: Any, keys: pa.Table) -> None:

@@ -1,10 +1,11 @@
 """Upserts from a Debezium-shaped change stream (``--cdc debezium --upsert-key id``).
 
 Creates, updates and deletes (each delete followed by Debezium's tombstone) over two
-partitions; after every run the table equals the final state per key of everything
-ingested so far: across several runs, across a run SIGKILLed mid-commit at a
-deterministic fault point (deletes and files staged, catalog not swapped), and after
-``maintain --compact``. docs/ingest.md, "Upserts and change streams".
+partitions, into an hour-partitioned table (a key's row moves between table partitions);
+after every run the table equals the final state per key of everything ingested so far:
+across several runs, across a run SIGKILLed mid-commit at a deterministic fault point
+(deletes and files staged, catalog not swapped), and after ``maintain --compact``.
+docs/ingest.md, "Upserts and change streams".
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def _quiet(_line: str) -> None:
 def _cfg(env: KafsEnv) -> IngestConfig:
     return IngestConfig(
         topics=(TOPIC,), store_url=env.store_url, data_dir=str(env.data_dir), master="local[2]",
-        value_format="json", cdc="debezium", upsert_key=("id",), partition_by="none",
+        value_format="json", cdc="debezium", upsert_key=("id",), partition_by="hour",
     )  # fmt: skip
 
 
@@ -119,7 +120,7 @@ def _want(sources: list[Source]) -> dict[int, dict[str, Any]]:
 
 async def _append(writers: list[PartitionWriter], sources: list[Source], n: int) -> None:
     for w, s in zip(writers, sources, strict=True):
-        await w.append(s.events(n), batch_size=7)
+        await w.append(s.events(n), batch_size=7, hour_step_ms=360_000)  # 10 offsets/hour
 
 
 async def test_debezium_final_state_across_runs_kill_and_compaction(
@@ -139,7 +140,7 @@ async def test_debezium_final_state_across_runs_kill_and_compaction(
     await _append(writers, sources, 30)
     flags = ["--topics", TOPIC, "--store", env.store_url, "--data-dir", str(env.data_dir),
              "--value-format", "json", "--cdc", "debezium", "--upsert-key", "id",
-             "--partition-by", "none", "--master", "local[2]"]  # fmt: skip
+             "--partition-by", "hour", "--master", "local[2]"]  # fmt: skip
     penv = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable,
                 KAFSCALE_INGEST_KILL_AT="commit.before_swap")  # fmt: skip
     proc = await asyncio.to_thread(
