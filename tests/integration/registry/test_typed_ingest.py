@@ -271,3 +271,64 @@ def test_evolution_promotes_and_stops_on_incompatible(env: Env, spark: SparkSess
     with pytest.raises(IngestError, match=r"version 3 .* is incompatible with the table"):
         _run(spark, env.cfg((topic,), value_format="avro"))
     assert len(env.rows(table)) == 2  # nothing committed
+
+
+ENVELOPE = {
+    "type": "record", "name": "Envelope", "namespace": "dbserver.shop.items",
+    "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+            {"name": "id", "type": "int"}, {"name": "name", "type": "string"},
+            {"name": "price", "type": {"type": "bytes", "logicalType": "decimal",
+                                       "precision": 8, "scale": 2}}]}], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}  # fmt: skip
+ITEM_KEY = {"type": "record", "name": "Key", "namespace": "dbserver.shop.items",
+            "fields": [{"name": "id", "type": "int"}]}  # fmt: skip
+
+
+def test_avro_debezium_upserts_with_avro_keys(env: Env, spark: SparkSession) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = f"items-{uuid.uuid4().hex[:6]}"
+    create_topic(env.broker.bootstrap, topic, 2)
+    vctx = SerializationContext(topic, MessageField.VALUE)
+    kctx = SerializationContext(topic, MessageField.KEY)
+
+    def row(i: int, name: str) -> dict[str, Any]:
+        return {"id": i, "name": name, "price": Decimal(f"{i}.99")}
+
+    events = [
+        (1, {"op": "r", "before": None, "after": row(1, "a")}),
+        (2, {"op": "c", "before": None, "after": row(2, "b")}),
+        (3, {"op": "c", "before": None, "after": row(3, "c")}),
+        (1, {"op": "u", "before": row(1, "a"), "after": row(1, "a2")}),
+        (2, {"op": "d", "before": row(2, "b"), "after": None}),
+        (2, None),  # tombstone
+        (4, {"op": "c", "before": None, "after": row(4, "d")}),
+        (3, {"op": "d", "before": row(3, "c"), "after": None}),
+        (3, {"op": "c", "before": None, "after": row(3, "c2")}),
+    ]
+    with SchemaRegistryClient({"url": env.registry}) as client:
+        vser = AvroSerializer(client, json.dumps(ENVELOPE))
+        kser = AvroSerializer(client, json.dumps(ITEM_KEY))
+        p = Producer({"bootstrap.servers": env.broker.bootstrap, "acks": "all"})
+        for half in (events[:5], events[5:]):
+            for key, ev in half:
+                p.produce(topic, key=kser({"id": key}, kctx),
+                          value=None if ev is None else vser(ev, vctx),
+                          partition=key % 2)  # fmt: skip
+            assert p.flush(30) == 0
+            cfg = env.cfg((topic,), value_format="avro", key_format="avro", cdc="debezium",
+                          upsert_key=("id",))  # fmt: skip
+            s = _run(spark, cfg)
+            assert s.dead_letters == 0
+    rows = env.rows(topic.replace("-", "_"))
+    got = sorted((r["id"], r["key_id"], r["name"], r["price"]) for r in rows)
+    assert got == [(1, 1, "a2", Decimal("1.99")), (3, 3, "c2", Decimal("3.99")),
+                   (4, 4, "d", Decimal("4.99"))]  # fmt: skip
