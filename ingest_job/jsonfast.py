@@ -77,7 +77,11 @@ def _read(buf: bytes, explicit: dict[str, pa.DataType]) -> pa.Table | None:
     )
     try:
         return pj.read_json(
-            io.BytesIO(buf), read_options=pj.ReadOptions(block_size=_BLOCK), parse_options=parse
+            io.BytesIO(buf),
+            read_options=pj.ReadOptions(
+                block_size=_BLOCK, use_threads=False
+            ),  # Spark has the cores
+            parse_options=parse,
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
         return None
