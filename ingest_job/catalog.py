@@ -355,16 +355,22 @@ def commit_files(
             )
             tbl = catalog.load_table(ident)
             continue
-        snap = tbl.current_snapshot()
-        return CommitResult(
-            table=".".join(ident),
-            files=len(paths),
-            records=sum(f.records for f in files),
-            bytes=sum(f.size for f in files),
-            offsets=ends,
-            snapshot_id=snap.snapshot_id if snap else None,
-        )
+        return _result(tbl, ident, files, ends)
     raise IngestError(f"table {'.'.join(ident)}: commit kept conflicting, nothing committed")
+
+
+def _result(
+    tbl: Table, ident: tuple[str, str], files: Sequence[WrittenFile], ends: Offsets
+) -> CommitResult:
+    snap = tbl.current_snapshot()
+    return CommitResult(
+        table=".".join(ident),
+        files=len(files),
+        records=sum(f.records for f in files),
+        bytes=sum(f.size for f in files),
+        offsets=ends,
+        snapshot_id=snap.snapshot_id if snap else None,
+    )
 
 
 def delete_files(io: FileIO, paths: Iterable[str]) -> None:

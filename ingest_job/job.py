@@ -283,6 +283,17 @@ def _typed_spec(catalog: Catalog, cfg: IngestConfig, targets: Sequence[_Target])
     )  # fmt: skip
 
 
+def _check_flags(cfg: IngestConfig) -> None:
+    if cfg.route_by and cfg.value_format != "json":
+        raise IngestError("--route-by needs --value-format json")
+    if cfg.cdc and (cfg.value_format == "raw" or not cfg.upsert_key):
+        raise IngestError("--cdc debezium needs a value format and --upsert-key (the row's key)")
+    if cfg.key_format != "raw" and cfg.value_format in ("raw", "json"):
+        raise IngestError("--key-format needs --value-format avro, protobuf or json-schema")
+    if cfg.upsert_key and cfg.route_by:
+        raise IngestError("--upsert-key and --route-by exclude each other")
+
+
 def run_ingest(
     cfg: IngestConfig,
     spark: SparkSession | None = None,
@@ -296,14 +307,7 @@ def run_ingest(
     catalog = cat.open_catalog(cfg.catalog, cfg.data_dir)
     cat.ensure_namespace(catalog, cfg.namespace)
     tps, logs = _load_plan(cfg)
-    if cfg.route_by and cfg.value_format != "json":
-        raise IngestError("--route-by needs --value-format json")
-    if cfg.cdc and (cfg.value_format == "raw" or not cfg.upsert_key):
-        raise IngestError("--cdc debezium needs a value format and --upsert-key (the row's key)")
-    if cfg.key_format != "raw" and cfg.value_format in ("raw", "json"):
-        raise IngestError("--key-format needs --value-format avro, protobuf or json-schema")
-    if cfg.upsert_key and cfg.route_by:
-        raise IngestError("--upsert-key and --route-by exclude each other")
+    _check_flags(cfg)
     targets = _targets(catalog, cfg, tps)
     planned, dests, starts = _prepare_tables(catalog, cfg, targets)
     plan: Plan = plan_units(logs, starts, cfg.max_records, cfg.unit_bytes)

@@ -129,9 +129,9 @@ def _label(label: int) -> str:
     return {1: "optional", 2: "required", 3: "repeated"}.get(label, "optional")
 
 
-def from_text(text: str) -> ProtoModel:
+def _parse_text(text: str) -> Any:
+    """proto-schema-parser's AST of ``text``; any syntax error raises ProtoSchemaError."""
     try:
-        from proto_schema_parser import ast
         from proto_schema_parser.parser import Parser
     except ImportError as exc:  # pragma: no cover - pinned runtime dependency
         raise ProtoSchemaError("install proto-schema-parser to register .proto text") from exc
@@ -148,11 +148,17 @@ def from_text(text: str) -> ProtoModel:
         recognizer.addErrorListener(_Raise())
 
     try:
-        tree = Parser(setup_lexer=strict, setup_parser=strict).parse(text)
+        return Parser(setup_lexer=strict, setup_parser=strict).parse(text)
     except ProtoSchemaError:
         raise
     except Exception as exc:
         raise ProtoSchemaError(f"invalid .proto text: {exc}") from exc
+
+
+def from_text(text: str) -> ProtoModel:
+    from proto_schema_parser import ast
+
+    tree = _parse_text(text)
     package = next((e.name for e in tree.file_elements if isinstance(e, ast.Package)), "")
     model = ProtoModel(package, tree.syntax or "proto2")
     enums: set[str] = set()
