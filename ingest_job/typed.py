@@ -51,6 +51,7 @@ class RegistryEntry:
     schema_id: int
     schema: RegistrySchema
     refs: tuple[RegistrySchema, ...]  # resolved references, dependencies first
+    ref_names: tuple[str, ...] = ()  # their reference names (Protobuf: import paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +99,12 @@ async def _load(
             sid = int(kv.key.rsplit("/", 1)[-1])
             schema = RegistrySchema.from_json(kv.value)
             try:
-                refs = tuple(await reg.resolve_references(schema.references))
+                named = await reg.resolve_named(schema.references)
             except ValueError as exc:
                 log.warning("schema id %d: %s", sid, exc)
                 continue
-            entries[sid] = RegistryEntry(sid, schema, refs)
+            refs = tuple(s for _n, s in named)
+            entries[sid] = RegistryEntry(sid, schema, refs, tuple(n for n, _s in named))
         subjects: dict[str, list[tuple[int, int]]] = {}
         for subject in [subject_for(t, part) for t in topics for part in ("value", "key")]:
             try:
@@ -149,7 +151,7 @@ def _value_columns(entry: RegistryEntry, prefix: str) -> Schema:
             return json_columns(entry.schema.schema, prefix)
         from ingest_job.typed_decode import proto_pool
 
-        _pool, file_desc = proto_pool(entry.schema, entry.refs)
+        _pool, file_desc = proto_pool(entry.schema, entry.refs, entry.ref_names)
         first = next(iter(file_desc.message_types_by_name.values()))
         return proto_columns(first, prefix)
     except (TypedSchemaError, WireFormatError, ValueError, KeyError, StopIteration) as exc:
@@ -284,7 +286,7 @@ class _Decoders:
                 raise WireFormatError(
                     f"schema id {sid} is not a {self.kind} schema of the registry"
                 )
-            dec = self.cache[sid] = DECODERS[self.kind](entry.schema, entry.refs)
+            dec = self.cache[sid] = DECODERS[self.kind](entry.schema, entry.refs, entry.ref_names)
         return dec(data, pos)
 
 

@@ -154,7 +154,10 @@ def _union_converter(branches: list[Any], named: dict[str, Any], ns: str | None)
 
 
 class AvroDecoder:
-    def __init__(self, schema: RegistrySchema, refs: tuple[RegistrySchema, ...]) -> None:
+    def __init__(
+        self, schema: RegistrySchema, refs: tuple[RegistrySchema, ...], names: tuple[str, ...] = ()
+    ) -> None:
+        del names
         import fastavro
 
         named: dict[str, Any] = {}
@@ -182,8 +185,12 @@ class AvroDecoder:
 # ---------------------------------------------------------------------------- Protobuf
 
 
-def proto_pool(schema: RegistrySchema, refs: tuple[RegistrySchema, ...]) -> tuple[Any, Any]:
-    """(descriptor pool, FileDescriptor) of a registered base64 FileDescriptorProto."""
+def proto_pool(
+    schema: RegistrySchema, refs: tuple[RegistrySchema, ...], ref_names: tuple[str, ...] = ()
+) -> tuple[Any, Any]:
+    """(descriptor pool, FileDescriptor) of a registered schema: a base64
+    FileDescriptorProto, or ``.proto`` text (converted, its imports resolved in the pool;
+    a reference is named by its import path)."""
     import base64
 
     from google.protobuf import (
@@ -205,15 +212,20 @@ def proto_pool(schema: RegistrySchema, refs: tuple[RegistrySchema, ...]) -> tupl
         pool.AddSerializedFile(mod.DESCRIPTOR.serialized_pb)
         known.add(mod.DESCRIPTOR.name)
     main = None
-    for item in (*refs, schema):
+    names = list(ref_names) + [""] * (len(refs) - len(ref_names))
+    for item, name in zip((*refs, schema), (*names, "schema.proto"), strict=True):
         text = item.schema.strip()
         if "{" in text or ";" in text:
-            raise WireFormatError(
-                "protobuf schemas registered as .proto text cannot be decoded by the ingest "
-                "job; register the descriptor (confluent-kafka's ProtobufSerializer does)"
-            )
-        fdp = descriptor_pb2.FileDescriptorProto()
-        fdp.ParseFromString(base64.b64decode(text))
+            from broker.registry.proto_compat import ProtoSchemaError
+            from broker.registry.proto_descriptor import text_to_descriptor
+
+            try:
+                fdp = text_to_descriptor(text, name or "schema.proto", pool)
+            except ProtoSchemaError as exc:
+                raise WireFormatError(f"protobuf schema text: {exc}") from exc
+        else:
+            fdp = descriptor_pb2.FileDescriptorProto()
+            fdp.ParseFromString(base64.b64decode(text))
         if fdp.name in known:
             continue
         known.add(fdp.name)
@@ -244,6 +256,8 @@ def proto_to_py(msg: Any) -> Any:
             out[f.name] = [_pb_single(f, x) for x in v]
         elif f.type == f.TYPE_MESSAGE:
             out[f.name] = proto_to_py(v) if msg.HasField(f.name) else None
+        elif f.has_presence and not msg.HasField(f.name):
+            out[f.name] = None  # optional / oneof member / proto2 field not set
         else:
             out[f.name] = _pb_single(f, v)
     return out
@@ -259,10 +273,12 @@ def _pb_single(f: Any, v: Any) -> Any:
 
 
 class ProtoDecoder:
-    def __init__(self, schema: RegistrySchema, refs: tuple[RegistrySchema, ...]) -> None:
+    def __init__(
+        self, schema: RegistrySchema, refs: tuple[RegistrySchema, ...], names: tuple[str, ...] = ()
+    ) -> None:
         from google.protobuf import message_factory
 
-        self.pool, self.file = proto_pool(schema, refs)
+        self.pool, self.file = proto_pool(schema, refs, names)
         self.classes: dict[tuple[int, ...], Any] = {}
         self.factory = message_factory
 
@@ -285,8 +301,10 @@ class ProtoDecoder:
 
 
 class JsonDecoder:
-    def __init__(self, schema: RegistrySchema, refs: tuple[RegistrySchema, ...]) -> None:
-        del schema, refs
+    def __init__(
+        self, schema: RegistrySchema, refs: tuple[RegistrySchema, ...], names: tuple[str, ...] = ()
+    ) -> None:
+        del schema, refs, names
 
     def __call__(self, data: bytes, pos: int) -> Any:
         try:
@@ -324,7 +342,9 @@ def coerce_json(value: Any, arrow_type: Any) -> Any:
 
 
 Decoder = Callable[[bytes, int], Any]
-DECODERS: dict[str, Callable[[RegistrySchema, tuple[RegistrySchema, ...]], Decoder]] = {
+DECODERS: dict[
+    str, Callable[[RegistrySchema, tuple[RegistrySchema, ...], tuple[str, ...]], Decoder]
+] = {
     "AVRO": AvroDecoder,
     "PROTOBUF": ProtoDecoder,
     "JSON": JsonDecoder,

@@ -157,9 +157,15 @@ class Registry:
         self, refs: Sequence[RegistryReference], depth: int = 0
     ) -> list[RegistrySchema]:
         """The referenced schemas, each after its own references (dependencies first)."""
+        return [schema for _name, schema in await self.resolve_named(refs, depth)]
+
+    async def resolve_named(
+        self, refs: Sequence[RegistryReference], depth: int = 0
+    ) -> list[tuple[str, RegistrySchema]]:
+        """(reference name, schema) of the references, dependencies first."""
         if depth > 32:
             raise InvalidSchemaError("Invalid schema: references nest too deep")
-        out: list[RegistrySchema] = []
+        out: list[tuple[str, RegistrySchema]] = []
         for ref in refs:
             try:
                 info = await self.version(ref.subject, str(ref.version), deleted=False)
@@ -168,8 +174,8 @@ class Registry:
                     f"Invalid schema: reference {ref.name} -> {ref.subject} v{ref.version}: "
                     f"{exc.message}"
                 ) from exc
-            out += await self.resolve_references(info.schema.references, depth + 1)
-            out.append(info.schema)
+            out += await self.resolve_named(info.schema.references, depth + 1)
+            out.append((ref.name, info.schema))
         return out
 
     async def parse(self, schema: RegistrySchema) -> Parsed:
