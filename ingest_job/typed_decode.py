@@ -191,47 +191,15 @@ def proto_pool(
     """(descriptor pool, FileDescriptor) of a registered schema: a base64
     FileDescriptorProto, or ``.proto`` text (converted, its imports resolved in the pool;
     a reference is named by its import path)."""
-    import base64
+    from broker.registry.proto_descriptor import descriptor_pool_for
 
-    from google.protobuf import (
-        any_pb2,
-        descriptor_pb2,
-        descriptor_pool,
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        struct_pb2,
-        timestamp_pb2,
-        wrappers_pb2,
-    )  # fmt: skip
-
-    pool = descriptor_pool.DescriptorPool()
-    known = set()
-    for mod in (any_pb2, duration_pb2, empty_pb2, field_mask_pb2, struct_pb2, timestamp_pb2,
-                wrappers_pb2, descriptor_pb2):  # fmt: skip
-        pool.AddSerializedFile(mod.DESCRIPTOR.serialized_pb)
-        known.add(mod.DESCRIPTOR.name)
-    main = None
-    names = list(ref_names) + [""] * (len(refs) - len(ref_names))
-    for item, name in zip((*refs, schema), (*names, "schema.proto"), strict=True):
-        text = item.schema.strip()
-        if "{" in text or ";" in text:
-            from broker.registry.proto_compat import ProtoSchemaError
-            from broker.registry.proto_descriptor import text_to_descriptor
-
-            try:
-                fdp = text_to_descriptor(text, name or "schema.proto", pool)
-            except ProtoSchemaError as exc:
-                raise WireFormatError(f"protobuf schema text: {exc}") from exc
-        else:
-            fdp = descriptor_pb2.FileDescriptorProto()
-            fdp.ParseFromString(base64.b64decode(text))
-        if fdp.name in known:
-            continue
-        known.add(fdp.name)
-        pool.Add(fdp)
-        main = pool.FindFileByName(fdp.name)
-    return pool, main
+    names = [*ref_names, *(f"ref-{i}.proto" for i in range(len(ref_names), len(refs)))]
+    files = [*zip(names, (r.schema for r in refs), strict=True), ("schema.proto", schema.schema)]
+    try:
+        pool, fdp = descriptor_pool_for(files)
+        return pool, pool.FindFileByName(fdp.name)
+    except Exception as exc:  # parse / build errors: this schema's records are dead letters
+        raise WireFormatError(f"protobuf schema: {exc}") from exc
 
 
 def proto_message(file_desc: Any, indexes: list[int]) -> Any:

@@ -149,7 +149,15 @@ class RegistryApi:
         return _reply(sorted(SCHEMA_TYPES))
 
     async def by_id(self, request: web.Request) -> web.Response:
-        return _reply(schema_doc(await self.registry.schema_by_id(_id(request))))
+        schema = await self.registry.schema_by_id(_id(request))
+        return _reply(schema_doc(await self._format(request, schema)))
+
+    async def _format(self, request: web.Request, schema: RegistrySchema) -> RegistrySchema:
+        """``?format=serialized``: Protobuf text as a base64 descriptor (what
+        confluent-kafka's ProtobufDeserializer asks for)."""
+        if request.query.get("format") != "serialized" or schema.schema_type != "PROTOBUF":
+            return schema
+        return await self.registry.serialized(schema)
 
     async def by_id_raw(self, request: web.Request) -> web.Response:
         schema = await self.registry.schema_by_id(_id(request))
@@ -177,7 +185,7 @@ class RegistryApi:
             request.match_info["subject"], request.match_info["version"], _flag(request, "deleted")
         )
         doc = {"subject": info.subject, "version": info.version, "id": info.schema_id}
-        doc.update(schema_doc(info.schema))
+        doc.update(schema_doc(await self._format(request, info.schema)))
         if "schemaType" not in doc:
             doc["schemaType"] = "AVRO"
         return doc

@@ -150,6 +150,42 @@ def _json_name(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+def descriptor_pool_for(files: list[tuple[str, str]]) -> tuple[Any, Any]:
+    """(pool, the last file's FileDescriptorProto): the well-known types and ``files``
+    ((import path, base64 descriptor or text), dependencies first) added."""
+    import base64
+
+    from google.protobuf import (
+        any_pb2,
+        descriptor_pool,
+        duration_pb2,
+        empty_pb2,
+        field_mask_pb2,
+        struct_pb2,
+        timestamp_pb2,
+        wrappers_pb2,
+    )  # fmt: skip
+
+    pool = descriptor_pool.DescriptorPool()
+    known = set()
+    for mod in (any_pb2, duration_pb2, empty_pb2, field_mask_pb2, struct_pb2, timestamp_pb2,
+                wrappers_pb2, descriptor_pb2):  # fmt: skip
+        pool.AddSerializedFile(mod.DESCRIPTOR.serialized_pb)
+        known.add(mod.DESCRIPTOR.name)
+    fdp = descriptor_pb2.FileDescriptorProto()
+    for name, text in files:
+        text = text.strip()
+        if "{" in text or ";" in text:
+            fdp = text_to_descriptor(text, name, pool)
+        else:
+            fdp = descriptor_pb2.FileDescriptorProto()
+            fdp.ParseFromString(base64.b64decode(text))
+        if fdp.name not in known:
+            known.add(fdp.name)
+            pool.Add(fdp)
+    return pool, fdp
+
+
 def text_to_descriptor(text: str, filename: str, pool: Any) -> descriptor_pb2.FileDescriptorProto:
     """The FileDescriptorProto of ``.proto`` text whose imports are already in ``pool``."""
     return _Builder(_parse_text(text), filename, pool).build()

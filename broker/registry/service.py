@@ -178,6 +178,25 @@ class Registry:
             out.append((ref.name, info.schema))
         return out
 
+    async def serialized(self, schema: RegistrySchema) -> RegistrySchema:
+        """A Protobuf schema as a base64 FileDescriptorProto (text converted, its imports
+        resolved against its references and the well-known types)."""
+        from broker.registry.proto_descriptor import descriptor_pool_for
+
+        text = schema.schema.strip()
+        if "{" not in text and ";" not in text:
+            return schema  # already a descriptor
+        named = await self.resolve_named(schema.references)
+        files = [(n, s.schema) for n, s in named] + [("schema.proto", text)]
+        try:
+            _pool, fdp = descriptor_pool_for(files)
+        except (ValueError, TypeError) as exc:
+            raise InvalidSchemaError(f"Invalid schema: {exc}") from exc
+        import base64
+
+        encoded = base64.b64encode(fdp.SerializeToString()).decode("ascii")
+        return RegistrySchema(schema.schema_type, encoded, schema.references)
+
     async def parse(self, schema: RegistrySchema) -> Parsed:
         refs = await self.resolve_references(schema.references)
         return schemas.parse(schema.schema_type, schema.schema, refs)

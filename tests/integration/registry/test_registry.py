@@ -7,6 +7,7 @@ deserializers, PyPI's python-schema-registry-client, and raw HTTP for the error 
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from google.protobuf import descriptor_pb2
 
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 from tests.fixtures.registry_schemas import (
@@ -152,12 +154,20 @@ def test_protobuf_text_schemas(url: str) -> None:
     v1 = 'syntax = "proto3"; package p; message M { string a = 1; int64 b = 2; }'
     v2 = 'syntax = "proto3"; package p; message M { string a = 1; int64 b = 2; bool c = 3; }'
     bad = 'syntax = "proto3"; package p; message M { double a = 1; int64 b = 2; }'
+    ids = []
     for text, status in ((v1, 200), (v2, 200), (bad, 409), ("message {", 422)):
         code, body = http(
             "POST", f"{url}/subjects/{subject}/versions", {"schema": text, "schemaType": "PROTOBUF"}
         )
         assert code == status, body
+        ids.append(body.get("id"))
     assert body["error_code"] == 42201
+    # ?format=serialized (what confluent-kafka's ProtobufDeserializer asks for): text comes
+    # back as a base64 FileDescriptorProto
+    code, doc = http("GET", f"{url}/schemas/ids/{ids[1]}?format=serialized")
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(doc["schema"]))
+    assert (fdp.package, [f.name for f in fdp.message_type[0].field]) == ("p", ["a", "b", "c"])
+    assert http("GET", f"{url}/schemas/ids/{ids[1]}")[1]["schema"] == v2
 
 
 def test_json_schema_serializer(client: SchemaRegistryClient, url: str) -> None:
