@@ -50,6 +50,9 @@ def _guard(fn: Handler) -> Handler:
         except MetaStoreError as exc:
             log.warning("registry: metadata store error: %s", exc)
             return _reply({"error_code": 50001, "message": "Error in the backend data store"}, 500)
+        except Exception as exc:  # a bug or a stored value we cannot read: one line, 500
+            log.warning("registry: %s %s failed: %r", request.method, request.path, exc)
+            return _reply({"error_code": 50001, "message": "Internal error"}, 500)
 
     return wrapped
 
