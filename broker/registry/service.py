@@ -247,7 +247,7 @@ class Registry:
         level = await self.level(subject)
         if version is not None:
             info = await self.version(subject, version)
-            level = "BACKWARD" if level == "NONE" else level.removesuffix("_TRANSITIVE")
+            level = level.removesuffix("_TRANSITIVE")  # one version: no transitivity
             return schemas.check(level, parsed, [await self.parsed_by_id(info.schema_id)])
         vers = await self._versions(subject)
         live = [rv.schema_id for _v, (rv, _kv) in sorted(vers.items()) if not rv.deleted]
