@@ -163,6 +163,10 @@ def fold_files(
 
 def stage_deletes(tx: Any, keys: pa.Table) -> None:
     """Inside the commit's transaction: delete the rows of ``keys`` (copy-on-write)."""
+    snap = tx.table_metadata.current_snapshot()
+    summary = snap.summary if snap is not None else None
+    if summary is None or summary.get("total-records", "1") == "0":
+        return  # nothing to delete from (a first run: no predicate over every key)
     pred = delete_filter(keys)
     if pred is None:
         return
