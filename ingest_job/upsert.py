@@ -14,9 +14,9 @@ merge-on-read is not available to this job; copy-on-write also keeps every reade
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
-import operator
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -86,7 +86,7 @@ def unwrap_json_values(values: Sequence[bytes | None]) -> tuple[list[bytes | Non
 def delete_filter(keys: pa.Table) -> BooleanExpression | None:
     """A predicate matching the rows with any of ``keys`` (None: no non-null key)."""
     names = keys.column_names
-    keys = keys.filter(functools.reduce(operator.and_, [pc.is_valid(keys[n]) for n in names]))
+    keys = keys.filter(functools.reduce(pc.and_, [pc.is_valid(keys[n]) for n in names]))
     if keys.num_rows == 0:
         return None
     if len(names) == 1:
@@ -167,6 +167,8 @@ def stage_deletes(tx: Any, keys: pa.Table) -> None:
     summary = snap.summary if snap is not None else None
     if summary is None or summary.get("total-records", "1") == "0":
         return  # nothing to delete from (a first run: no predicate over every key)
+    if keys.num_columns == 1 and _rewrite_without(tx, keys):
+        return
     pred = delete_filter(keys)
     if pred is None:
         return
@@ -204,3 +206,57 @@ def json_cdc_rows(src: pa.Table, json_tables: Any) -> tuple[pa.Table, pa.Table, 
     errs = errs.append_column("error", pa.array([ops[i][1:] for i in bad], pa.string()))
     dead = pa.concat_tables([dead, errs]).sort_by("offset") if errs.num_rows else dead
     return good, dead, js
+
+
+def _rewrite_without(tx: Any, keys: pa.Table) -> bool:
+    """Copy-on-write of a single key column, vectorized: each data file whose key range
+    may hold a touched key is read, filtered with ``pyarrow.compute.is_in`` and replaced
+    (in the commit's transaction). False: not applicable, use pyiceberg's predicate."""
+    from pyiceberg.expressions import AlwaysTrue, GreaterThanOrEqual, LessThanOrEqual
+    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+
+    name = keys.column_names[0]
+    schema = tx.table_metadata.schema()
+    try:
+        schema.find_field(name)
+    except ValueError:
+        return False
+    values = pc.unique(keys.column(0).drop_null())
+    if len(values) == 0:
+        return True
+    row_filter: BooleanExpression = AlwaysTrue()
+    if pa.types.is_integer(values.type) or pa.types.is_string(values.type):
+        lo, hi = pc.min_max(values).values()
+        row_filter = And(
+            GreaterThanOrEqual(name, lo.as_py()),  # type: ignore[call-arg]
+            LessThanOrEqual(name, hi.as_py()),  # type: ignore[call-arg]
+        )
+    commit_uuid = uuid.uuid4()
+    counter = itertools.count(0)
+    replaced = []
+    for task in tx._scan(row_filter=row_filter).plan_files():
+        df = ArrowScan(
+            table_metadata=tx.table_metadata, io=tx._table.io, projected_schema=schema,
+            row_filter=AlwaysTrue(),
+        ).to_table(tasks=[task])  # fmt: skip
+        try:
+            hit = pc.is_in(df[name], value_set=values.cast(df[name].type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False  # types that do not compare: pyiceberg's predicate decides
+        if not pc.any(hit).as_py():
+            continue
+        kept = df.filter(pc.invert(pc.fill_null(hit, False)))
+        new = list(
+            _dataframe_to_data_files(
+                table_metadata=tx.table_metadata, df=kept, io=tx._table.io,
+                write_uuid=commit_uuid, counter=counter,
+            )
+        ) if kept.num_rows else []  # fmt: skip
+        replaced.append((task.file, new))
+    if replaced:
+        with tx.update_snapshot().overwrite(commit_uuid=commit_uuid) as overwrite:
+            for old, new in replaced:
+                overwrite.delete_data_file(old)
+                for data_file in new:
+                    overwrite.append_data_file(data_file)
+    return True
