@@ -3,8 +3,9 @@
 Tasks write their rows with an extra column :data:`OP_COLUMN` (``u`` upsert, ``d``
 delete). At commit the driver folds one table's new files into one: the newest record per
 key wins (ordered by timestamp, then partition and offset), deletes are dropped, and the
-commit is one transaction that deletes the touched keys' old rows (copy-on-write:
-pyiceberg rewrites the data files holding them) and adds the folded file with the
+commit is one transaction that deletes the touched keys' old rows (copy-on-write: the
+data files holding them are rewritten, vectorized with ``is_in`` for one key column,
+through pyiceberg's ``delete`` for composite keys) and adds the folded file with the
 offsets, as every other commit of the job. pyiceberg writes no equality deletes (and its
 ``delete`` with ``write.delete.mode=merge-on-read`` falls back to copy-on-write), so
 merge-on-read is not available to this job; copy-on-write also keeps every reader
