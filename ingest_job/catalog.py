@@ -46,6 +46,7 @@ from pyiceberg.utils.config import Config
 
 from ingest_job.jsonvals import ARROW_TYPES, merge_kinds
 from ingest_job.model import (
+    NEWEST_PROPERTY,
     OFFSETS_PROPERTY,
     IngestError,
     Offsets,
@@ -230,6 +231,17 @@ def table_offsets(tbl: Table) -> Offsets:
     return {}
 
 
+def table_newest_ms(tbl: Table) -> int:
+    """Newest record timestamp (ms) of the newest snapshot carrying it (-1: none)."""
+    snap = tbl.current_snapshot()
+    while snap is not None:
+        text = snap.summary.get(NEWEST_PROPERTY) if snap.summary is not None else None
+        if text:
+            return int(text)
+        snap = tbl.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return -1
+
+
 def json_fields(tbl: Table) -> dict[str, str]:
     """The table's JSON value columns (beyond the Kafka ones) and their type names."""
     base = set(base_schema().column_names)
@@ -308,6 +320,7 @@ def commit_files(
     ends: Offsets,
     files: Sequence[WrittenFile],
     stage: Callable[[Any], None] | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Commit ``files`` with the new offsets once, if the table still has ``planned``.
 
@@ -346,7 +359,11 @@ def commit_files(
                 if stage is not None:
                     stage(tx)
                 tx.add_files(
-                    paths, snapshot_properties={OFFSETS_PROPERTY: offsets_to_json(new_offsets)}
+                    paths,
+                    snapshot_properties={
+                        OFFSETS_PROPERTY: offsets_to_json(new_offsets),
+                        **(properties or {}),
+                    },
                 )
                 fault_point("commit.before_swap")
         except CommitFailedException as exc:

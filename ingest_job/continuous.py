@@ -45,7 +45,7 @@ def run_continuous(
     from ingest_job.spark import get_spark
 
     spark = get_spark(cfg.master)
-    newest_ms = -1
+    newest_ms = committed_newest_ms(cfg)
     batch = 0
     while not stop.is_set() and (max_batches is None or batch < max_batches):
         batch += 1
@@ -61,6 +61,26 @@ def run_continuous(
             say(f"micro-batch {batch}: committed {summary.rows} rows; {_freshness(newest_ms)}")
         stop.wait(max(trigger_s - (time.monotonic() - started), 0.0))
     return batch
+
+
+def committed_newest_ms(cfg: IngestConfig) -> int:
+    """The newest record timestamp the tables' last commits carry (-1: none yet)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from ingest_job import catalog as cat
+    from ingest_job.task import table_name_for
+
+    try:
+        catalog = cat.open_catalog(cfg.catalog, cfg.data_dir)
+    except IngestError:
+        return -1  # the first micro-batch reports the problem
+    newest = -1
+    for name in {cfg.table or table_name_for(t) for t in cfg.topics}:
+        try:
+            newest = max(newest, cat.table_newest_ms(catalog.load_table((cfg.namespace, name))))
+        except NoSuchTableError:
+            continue
+    return newest
 
 
 def _freshness(newest_ms: int) -> str:

@@ -28,6 +28,7 @@ from ingest_job import catalog as cat
 from ingest_job.files import list_files
 from ingest_job.manifest import DEFAULT_UNIT_BYTES, Plan, load_logs, plan_units
 from ingest_job.model import (
+    NEWEST_PROPERTY,
     Destination,
     Gap,
     IngestError,
@@ -393,7 +394,11 @@ def _commit_all(
             stage = None
             if cfg.upsert_key and not t.dead_letter and files:
                 files, stage = _fold(catalog, cfg, t.name, files, summary.run_id)
-            res = cat.commit_files(catalog, (cfg.namespace, t.name), before, new, files, stage)
+            newest = max([-1, *(r.newest_ms for r in results if (r.topic, r.partition) in new)])
+            props = {NEWEST_PROPERTY: str(newest)} if newest >= 0 else None
+            res = cat.commit_files(
+                catalog, (cfg.namespace, t.name), before, new, files, stage, props
+            )
         except cat.ConcurrentRunError as exc:
             log.warning("%s", exc)
             summary.skipped.append(str(exc))
@@ -403,9 +408,7 @@ def _commit_all(
             cat.delete_files(load_file_io(dict(catalog.properties)), left)
             raise IngestError(f"commit to {cfg.namespace}.{t.name} failed: {exc}") from exc
         done.add(t.name)
-        summary.newest_ms = max(
-            [summary.newest_ms, *(r.newest_ms for r in results if (r.topic, r.partition) in new)]
-        )
+        summary.newest_ms = max(summary.newest_ms, newest)
         summary.rows += res.records
         summary.files += res.files
         summary.bytes += res.bytes

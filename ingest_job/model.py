@@ -8,6 +8,8 @@ from typing import Any
 
 #: snapshot summary property carrying ``{"topic": {"partition": next_offset}}``
 OFFSETS_PROPERTY = "kafscale.offsets"
+#: snapshot summary property: newest record timestamp (ms) of the commit (freshness)
+NEWEST_PROPERTY = "kafscale.newest-ms"
 
 TopicPartition = tuple[str, int]
 #: committed positions: (topic, partition) -> next offset to read

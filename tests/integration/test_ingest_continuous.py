@@ -141,5 +141,9 @@ async def test_continuous_micro_batches_exactly_once(env: KafsEnv) -> None:
         job.wait_rows(20)
         assert _rows(env) == want
         assert "freshness: newest committed record is" in "".join(job.lines)
+        # the newest committed timestamp is in the snapshot: a restart reports it at once
+        catalog = cat.open_catalog(None, str(env.data_dir))
+        tbl = catalog.load_table(("kafscale", TOPIC))
+        assert cat.table_newest_ms(tbl) == max(r.timestamp for r in want)
     finally:
         assert job.stop() == 0
