@@ -14,6 +14,11 @@ Writes ``--records`` records (JSON-ish values, keys, a header on every other rec
 
 Prints records/s and MB/s of segment bytes for both and the ratio ingest/limit.
 
+``--value-format json|avro`` ingests the same values parsed into columns (``avro``: the
+values are Avro in the Confluent wire format, their schema registered in the embedded
+metadata store's registry); the limit then is pyarrow writing the committed table's
+columns (read back from Iceberg) from memory, split like the job's files.
+
 ``--compare-python`` then runs the same ingest again (same data, another namespace) in a
 new Spark context whose workers use the pure-Python record decoder
 (``KAFSCALE_PURE_PYTHON=1``): the before/after of the native decoder in one run.
@@ -63,10 +68,45 @@ BATCH_RECORDS = 500
 PARTITIONS = 2
 
 
-async def _generate(data: str, topic: str, records: int, value_bytes: int, codec: int) -> int:
+AVRO_SCHEMA = {
+    "type": "record", "name": "Bench",
+    "fields": [{"name": "id", "type": "long"}, {"name": "part", "type": "int"},
+               {"name": "pad", "type": "string"}],
+}  # fmt: skip
+
+
+async def _avro_encoder(meta: object, topic: str) -> object:
+    """A function encoding (id, part, pad) as Confluent-wire Avro of a registered schema."""
+    import io
+    import json
+
+    import fastavro
+
+    from broker.meta.schema import RegistrySchema
+    from broker.registry.service import Registry
+
+    sid, _v = await Registry(meta).register(  # type: ignore[arg-type]
+        f"{topic}-value", RegistrySchema("AVRO", json.dumps(AVRO_SCHEMA))
+    )
+    parsed = fastavro.parse_schema(AVRO_SCHEMA)
+    head = b"\0" + sid.to_bytes(4, "big")
+
+    def encode(i: int, part: int, pad: str) -> bytes:
+        out = io.BytesIO()
+        out.write(head)
+        fastavro.schemaless_writer(out, parsed, {"id": i, "part": part, "pad": pad})
+        return out.getvalue()
+
+    return encode
+
+
+async def _generate(
+    data: str, topic: str, records: int, value_bytes: int, codec: int, fmt: str = "raw"
+) -> int:
     """Write ``records`` records over PARTITIONS partitions; returns segment bytes."""
     store = open_store(f"file://{data}/segments")
     meta = open_meta("embedded", data_dir=data)
+    encode = await _avro_encoder(meta, topic) if fmt == "avro" else None
     info = TopicInfo(topic, uuid.uuid5(uuid.NAMESPACE_URL, topic), PARTITIONS, {})
     await meta.put(topic_key(topic), info.to_json())
     pad = "x" * max(0, value_bytes - 60)
@@ -83,7 +123,9 @@ async def _generate(data: str, topic: str, records: int, value_bytes: int, codec
                 recs = [
                     (
                         f"key-{off + i}".encode(),
-                        f'{{"id": {off + i}, "part": {part}, "pad": "{pad}"}}'.encode(),
+                        encode(off + i, part, pad)  # type: ignore[operator]
+                        if encode is not None
+                        else f'{{"id": {off + i}, "part": {part}, "pad": "{pad}"}}'.encode(),
                         [("trace", b"abcdef0123456789")] if (off + i) % 2 else [],
                     )
                     for i in range(cnt)
@@ -120,6 +162,19 @@ def _limit(data: str, topic: str, out_dir: str, unit_bytes: int) -> tuple[float,
     return time.perf_counter() - start, rows
 
 
+def _limit_table(data: str, namespace: str, out_dir: str, units: int) -> tuple[float, int]:
+    """Seconds pyarrow takes to write the committed table's columns, in ``units`` files."""
+    from ingest_job.catalog import open_catalog
+
+    tbl = open_catalog(None, data).load_table((namespace, "bench")).scan().to_arrow()
+    step = -(-tbl.num_rows // max(units, 1))
+    parts = [tbl.slice(i, step).combine_chunks() for i in range(0, tbl.num_rows, step)]
+    start = time.perf_counter()
+    for i, t in enumerate(parts):
+        pq.write_table(t, f"{out_dir}/limit-{i}.parquet", **parquet_options(t.schema))
+    return time.perf_counter() - start, tbl.num_rows
+
+
 def _ingest(spark: object, base: dict[str, object], namespace: str) -> float:
     """Warm-up run then the timed run of topic "bench" into ``namespace``; seconds."""
     warm = IngestConfig(topics=("warmup",), namespace=namespace, **base)  # type: ignore[arg-type]
@@ -153,6 +208,7 @@ def main() -> int:
     ap.add_argument("--compression", default="none", choices=[c.name.lower() for c in Compression])
     ap.add_argument("--unit-bytes", type=int, default=DEFAULT_UNIT_BYTES, help="as the job's")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--value-format", default="raw", choices=["raw", "json", "avro"])
     ap.add_argument("--compare-python", action="store_true", help="also time pure-Python decoding")
     ap.add_argument("--profile", metavar="DIR", help="write cProfile stats of driver and tasks")
     args = ap.parse_args()
@@ -161,8 +217,11 @@ def main() -> int:
     data = f"{work}/data"
     os.makedirs(data)
     try:
-        seg_bytes = asyncio.run(_generate(data, "bench", args.records, args.value_bytes, codec))
-        asyncio.run(_generate(data, "warmup", 20_000, args.value_bytes, codec))
+        fmt = args.value_format
+        seg_bytes = asyncio.run(
+            _generate(data, "bench", args.records, args.value_bytes, codec, fmt)
+        )
+        asyncio.run(_generate(data, "warmup", 20_000, args.value_bytes, codec, fmt))
         from ingest_job.spark import get_spark
 
         if args.profile:
@@ -177,6 +236,7 @@ def main() -> int:
             master="local[2]",
             progress_interval=5.0,
             unit_bytes=args.unit_bytes,
+            value_format=fmt,
         )
         prof = cProfile.Profile() if args.profile else None
         if prof is not None:
@@ -187,7 +247,13 @@ def main() -> int:
             prof.dump_stats(os.path.join(args.profile, "driver.prof"))
         limit_dir = f"{work}/limit"
         os.makedirs(limit_dir)
-        limit_s, rows = _limit(data, "bench", limit_dir, args.unit_bytes)
+        if fmt == "raw":
+            limit_s, rows = _limit(data, "bench", limit_dir, args.unit_bytes)
+        else:
+            units = len(plan_units(asyncio.run(load_logs("embedded", data, "/kafscale", ["bench"],
+                                                         "default")), {}, None,
+                                   args.unit_bytes).units)  # fmt: skip
+            limit_s, rows = _limit_table(data, "kafscale", limit_dir, units)
         spark.stop()
         python_s = None
         if args.compare_python:
@@ -202,7 +268,7 @@ def main() -> int:
     mb = seg_bytes / 1e6
     print(
         f"records: {rows}, segment bytes: {mb:.1f} MB, codec: {args.compression}, "
-        f"value bytes: {args.value_bytes}"
+        f"value bytes: {args.value_bytes}, value format: {args.value_format}"
     )
     impl = fastrecords.IMPLEMENTATION
     print(_run_line(f"ingest (Spark local[2] -> Iceberg, {impl} decoder)", rows, mb, ingest_s))

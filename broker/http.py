@@ -7,7 +7,8 @@
 - ``/readyz`` (readiness): 200 while the broker is registered and serving (started, and
   its lease confirmed by the metadata store), 503 otherwise;
 - ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`
-  (consumer-group figures are recomputed first, within ``GROUP_REFRESH_S``).
+  (consumer-group figures are recomputed first, within ``GROUP_REFRESH_S``);
+- ``/registry/...``: the schema registry (Confluent REST API, :mod:`broker.registry.api`).
 
 docs/operations.md, "Monitoring", has the probe settings.
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker.metrics import broker_registry, exposition
+from broker.registry.api import RegistryApi
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -46,6 +48,7 @@ class HttpServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        RegistryApi(broker.meta).add_routes(app)
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S
         )

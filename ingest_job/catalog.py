@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,6 +46,7 @@ from pyiceberg.utils.config import Config
 
 from ingest_job.jsonvals import ARROW_TYPES, merge_kinds
 from ingest_job.model import (
+    NEWEST_PROPERTY,
     OFFSETS_PROPERTY,
     IngestError,
     Offsets,
@@ -73,6 +75,19 @@ _ICEBERG_TYPES: dict[str, IcebergType] = {
     "boolean": BooleanType(),
     "string": StringType(),
 }
+
+
+#: ``KAFSCALE_INGEST_KILL_AT=<point>`` kills the job (SIGKILL) at that point (fault tests)
+KILL_AT_ENV = "KAFSCALE_INGEST_KILL_AT"
+
+
+def fault_point(name: str) -> None:
+    """Die here when ``$KAFSCALE_INGEST_KILL_AT`` names this point (never by default)."""
+    if os.environ.get(KILL_AT_ENV) == name:
+        import signal
+
+        log.warning("fault point %s: killing the job (pid %d)", name, os.getpid())
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class ConcurrentRunError(IngestError):
@@ -216,6 +231,17 @@ def table_offsets(tbl: Table) -> Offsets:
     return {}
 
 
+def table_newest_ms(tbl: Table) -> int:
+    """Newest record timestamp (ms) of the newest snapshot carrying it (-1: none)."""
+    snap = tbl.current_snapshot()
+    while snap is not None:
+        text = snap.summary.get(NEWEST_PROPERTY) if snap.summary is not None else None
+        if text:
+            return int(text)
+        snap = tbl.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return -1
+
+
 def json_fields(tbl: Table) -> dict[str, str]:
     """The table's JSON value columns (beyond the Kafka ones) and their type names."""
     base = set(base_schema().column_names)
@@ -293,8 +319,13 @@ def commit_files(
     planned: Offsets,
     ends: Offsets,
     files: Sequence[WrittenFile],
+    stage: Callable[[Any], None] | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Commit ``files`` with the new offsets once, if the table still has ``planned``.
+
+    ``stage(transaction)`` runs first inside the same transaction (upserts stage their
+    deletes there: one atomic catalog commit for deletes, files and offsets).
 
     Raises ConcurrentRunError (after deleting ``files``) when another run moved the
     offsets of any partition in ``ends`` since planning.
@@ -325,25 +356,38 @@ def commit_files(
                 if set(merged) - set(table_types):
                     with tx.update_schema() as upd:
                         _evolve(upd, table_types, merged)
+                if stage is not None:
+                    stage(tx)
                 tx.add_files(
-                    paths, snapshot_properties={OFFSETS_PROPERTY: offsets_to_json(new_offsets)}
+                    paths,
+                    snapshot_properties={
+                        OFFSETS_PROPERTY: offsets_to_json(new_offsets),
+                        **(properties or {}),
+                    },
                 )
+                fault_point("commit.before_swap")
         except CommitFailedException as exc:
             log.info(
                 "commit to %s conflicted (attempt %d): %s; re-checking", ident, attempt + 1, exc
             )
             tbl = catalog.load_table(ident)
             continue
-        snap = tbl.current_snapshot()
-        return CommitResult(
-            table=".".join(ident),
-            files=len(paths),
-            records=sum(f.records for f in files),
-            bytes=sum(f.size for f in files),
-            offsets=ends,
-            snapshot_id=snap.snapshot_id if snap else None,
-        )
+        return _result(tbl, ident, files, ends)
     raise IngestError(f"table {'.'.join(ident)}: commit kept conflicting, nothing committed")
+
+
+def _result(
+    tbl: Table, ident: tuple[str, str], files: Sequence[WrittenFile], ends: Offsets
+) -> CommitResult:
+    snap = tbl.current_snapshot()
+    return CommitResult(
+        table=".".join(ident),
+        files=len(files),
+        records=sum(f.records for f in files),
+        bytes=sum(f.size for f in files),
+        offsets=ends,
+        snapshot_id=snap.snapshot_id if snap else None,
+    )
 
 
 def delete_files(io: FileIO, paths: Iterable[str]) -> None:

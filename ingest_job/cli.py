@@ -9,10 +9,14 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from broker.cli import EnvParser, run_guarded
 from broker.logfmt import FORMATS, setup_logging
 from ingest_job.model import IngestError
+
+if TYPE_CHECKING:
+    from ingest_job.job import IngestConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +56,24 @@ def ingest_parser() -> EnvParser:
     pp.option("--route-by", "JSON field whose value routes a record to table BASE_VALUE")
     pp.option(
         "--value-format",
-        "raw: value as bytes; json: also parse into columns",
+        "raw: value as bytes; json: also parse into columns; avro, protobuf, json-schema: "
+        "typed columns from the schema registry (Confluent wire format)",
         default="raw",
-        choices=["raw", "json"],
+        choices=["raw", "json", "avro", "protobuf", "json-schema"],
     )
+    pp.option(
+        "--key-format",
+        "raw: key as bytes; avro, protobuf, json-schema: also key_<field> columns (subject "
+        "<topic>-key)",
+        default="raw",
+        choices=["raw", "avro", "protobuf", "json-schema"],
+    )
+    pp.option(
+        "--upsert-key",
+        "comma-separated columns (or 'key', the record key): keep the newest row per key",
+    )
+    pp.option("--cdc", "unwrap change events: debezium (op c/u/r/d, before/after)",
+              choices=["debezium"])  # fmt: skip
     pp.option(
         "--partition-by",
         "table partitioning on the record timestamp",
@@ -66,6 +84,8 @@ def ingest_parser() -> EnvParser:
         "--max-records", "at most this many offsets per run (all partitions together)", type=int
     )
     pp.option("--master", "Spark master (default local[*], or what spark-submit gives)")
+    pp.switch("--continuous", "run micro-batches every --trigger until SIGTERM / SIGINT")
+    pp.option("--trigger", "micro-batch interval of --continuous (30s, 500ms, 2m)", default="30s")
     pp.option("--progress-interval", "seconds between progress lines", default="10", type=float)
     pp.option(
         "--unit-bytes", "segment bytes per Spark task", default=str(64 * 1024 * 1024), type=int
@@ -130,7 +150,12 @@ def _ingest(argv: Sequence[str]) -> int:
         master=args.master,
         unit_bytes=args.unit_bytes,
         progress_interval=args.progress_interval,
+        upsert_key=tuple(k.strip() for k in (args.upsert_key or "").split(",") if k.strip()),
+        cdc=args.cdc,
+        key_format=args.key_format,
     )
+    if args.continuous:
+        return _continuous(cfg, args.trigger)
     summary = run_ingest(cfg, say=_say)
     for line in summary.lines():
         _say(line)
@@ -139,6 +164,26 @@ def _ingest(argv: Sequence[str]) -> int:
     _say(json_line(summary))
     if args.metrics_file:
         write_metrics_file(summary, args.metrics_file)
+    return 0
+
+
+def _continuous(cfg: IngestConfig, trigger: str) -> int:
+    """``--continuous``: micro-batches until SIGTERM / SIGINT (ingest_job/continuous.py)."""
+    import signal
+    import threading
+
+    from ingest_job.continuous import parse_trigger, run_continuous
+
+    try:
+        trigger_s = parse_trigger(trigger)
+    except ValueError as exc:
+        print(f"kafscale ingest: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_a: stop.set())
+    _say(f"continuous ingest: a micro-batch every {trigger_s:g}s")
+    run_continuous(cfg, trigger_s, _say, stop)
     return 0
 
 

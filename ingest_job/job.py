@@ -28,6 +28,7 @@ from ingest_job import catalog as cat
 from ingest_job.files import list_files
 from ingest_job.manifest import DEFAULT_UNIT_BYTES, Plan, load_logs, plan_units
 from ingest_job.model import (
+    NEWEST_PROPERTY,
     Destination,
     Gap,
     IngestError,
@@ -64,6 +65,9 @@ class IngestConfig:
     master: str | None = None
     unit_bytes: int = DEFAULT_UNIT_BYTES
     progress_interval: float = 10.0
+    upsert_key: tuple[str, ...] = ()  # latest row per key (ingest_job/upsert.py)
+    cdc: str | None = None  # "debezium": unwrap change events, deletes remove rows
+    key_format: str = "raw"  # avro | protobuf | json-schema: key_<field> columns
 
 
 @dataclass(slots=True)
@@ -90,6 +94,7 @@ class IngestSummary:
     table_offsets: dict[str, Offsets] = field(default_factory=dict)
     newest_ms: dict[str, int | None] = field(default_factory=dict)
     finished_ms: int = 0
+    run_newest_ms: int = -1  # newest record timestamp (ms) this run committed (freshness)
 
     def lines(self) -> list[str]:
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
@@ -123,7 +128,7 @@ def _targets(catalog: Catalog, cfg: IngestConfig, tps: Sequence[TopicPartition])
     out: list[_Target] = []
     for name, srcs in groups.items():
         out.append(_Target(name, False, tuple(srcs)))
-        if cfg.value_format == "json":
+        if cfg.value_format != "raw":
             out.append(_Target(dead_letter_table(name), True, tuple(srcs)))
         if cfg.route_by:
             route = f"{name}:{cfg.route_by}"
@@ -274,6 +279,31 @@ def _prepare_tables(
     return planned, dests, starts
 
 
+def _typed_spec(catalog: Catalog, cfg: IngestConfig, targets: Sequence[_Target]) -> Any:
+    """Evolve typed tables to their registry subjects (None unless a typed format)."""
+    from ingest_job.typed import TYPED_FORMATS, load_registry, prepare_typed
+
+    if cfg.value_format not in TYPED_FORMATS:
+        return None
+    snap = load_registry(cfg.meta_url, cfg.data_dir, cfg.meta_prefix, cfg.topics)
+    tables = [(t.name, sorted({tp[0] for tp in t.sources})) for t in targets if not t.dead_letter]
+    return prepare_typed(
+        catalog, cfg.namespace, cfg.value_format, snap, tables, cat.base_schema().column_names,
+        cfg.cdc, cfg.upsert_key, None if cfg.key_format == "raw" else cfg.key_format,
+    )  # fmt: skip
+
+
+def _check_flags(cfg: IngestConfig) -> None:
+    if cfg.route_by and cfg.value_format != "json":
+        raise IngestError("--route-by needs --value-format json")
+    if cfg.cdc and (cfg.value_format == "raw" or not cfg.upsert_key):
+        raise IngestError("--cdc debezium needs a value format and --upsert-key (the row's key)")
+    if cfg.key_format != "raw" and cfg.value_format in ("raw", "json"):
+        raise IngestError("--key-format needs --value-format avro, protobuf or json-schema")
+    if cfg.upsert_key and cfg.route_by:
+        raise IngestError("--upsert-key and --route-by exclude each other")
+
+
 def run_ingest(
     cfg: IngestConfig,
     spark: SparkSession | None = None,
@@ -288,8 +318,7 @@ def run_ingest(
     cat.ensure_namespace(catalog, cfg.namespace)
     tps, logs = _load_plan(cfg)
     summary.log_ends = {(lg.topic, lg.partition): lg.next_offset for lg in logs}
-    if cfg.route_by and cfg.value_format != "json":
-        raise IngestError("--route-by needs --value-format json")
+    _check_flags(cfg)
     targets = _targets(catalog, cfg, tps)
     planned, dests, starts = _prepare_tables(catalog, cfg, targets)
     plan: Plan = plan_units(logs, starts, cfg.max_records, cfg.unit_bytes)
@@ -314,6 +343,9 @@ def run_ingest(
             route_by=cfg.route_by,
             io_properties=tuple(sorted((k, str(v)) for k, v in catalog.properties.items())),
             destinations=tuple(dests),
+            typed=_typed_spec(catalog, cfg, targets),
+            upsert=cfg.upsert_key,
+            cdc=cfg.cdc,
         )
         from ingest_job.spark import get_spark
 
@@ -357,6 +389,20 @@ def _record_tables(
             summary.newest_ms[name] = None
 
 
+def _fold(
+    catalog: Catalog, cfg: IngestConfig, table: str, files: list[WrittenFile], run_id: str
+) -> tuple[list[WrittenFile], Callable[[Any], None]]:
+    """Upsert tables: the run's files folded to the newest row per key, and the staging
+    of the touched keys' deletes (ingest_job/upsert.py)."""
+    from ingest_job.upsert import fold_files, stage_deletes
+
+    tbl = catalog.load_table((cfg.namespace, table))
+    folded, keys = fold_files(
+        tbl.io, files, cfg.upsert_key, tbl.location(), run_id, cfg.partition_by
+    )
+    return folded, lambda tx: stage_deletes(tx, keys)
+
+
 def _commit_all(
     catalog: Catalog,
     cfg: IngestConfig,
@@ -383,7 +429,14 @@ def _commit_all(
         if not files and all(before.get(tp, 0) == n for tp, n in new.items()):
             continue
         try:
-            res = cat.commit_files(catalog, (cfg.namespace, t.name), before, new, files)
+            stage = None
+            if cfg.upsert_key and not t.dead_letter and files:
+                files, stage = _fold(catalog, cfg, t.name, files, summary.run_id)
+            newest = max([-1, *(r.newest_ms for r in results if (r.topic, r.partition) in new)])
+            props = {NEWEST_PROPERTY: str(newest)} if newest >= 0 else None
+            res = cat.commit_files(
+                catalog, (cfg.namespace, t.name), before, new, files, stage, props
+            )
         except cat.ConcurrentRunError as exc:
             log.warning("%s", exc)
             summary.skipped.append(str(exc))
@@ -393,6 +446,7 @@ def _commit_all(
             cat.delete_files(load_file_io(dict(catalog.properties)), left)
             raise IngestError(f"commit to {cfg.namespace}.{t.name} failed: {exc}") from exc
         done.add(t.name)
+        summary.run_newest_ms = max(summary.run_newest_ms, newest)
         summary.rows += res.records
         summary.files += res.files
         summary.bytes += res.bytes

@@ -11,8 +11,9 @@ the dead-letter table; a null value (tombstone) is a row with every JSON column 
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -29,6 +30,7 @@ _RESERVED = frozenset(RAW_SCHEMA.names)
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
+@functools.lru_cache(maxsize=4096)
 def column_name(field_name: str) -> str:
     """The table column for a JSON field (names clashing with Kafka columns get ``value_``)."""
     name = field_name.replace(".", "_")
@@ -84,8 +86,12 @@ class JsonColumns:
     columns: dict[str, tuple[str, list[object]]] = field(default_factory=dict)
     dead: list[tuple[int, str]] = field(default_factory=list)  # (row index, reason)
     conflicts: list[str] = field(default_factory=list)
+    # set by the vectorized path (ingest_job/jsonfast.py): the columns as Arrow arrays
+    arrow: dict[str, pa.Array] | None = None
 
     def arrays(self) -> list[tuple[str, pa.Array]]:
+        if self.arrow is not None:
+            return sorted(self.arrow.items())
         return [
             (name, pa.array(vals, ARROW_TYPES[kind]))
             for name, (kind, vals) in sorted(self.columns.items())
@@ -102,10 +108,13 @@ def _parse(
             parsed.append((i, {}))
             continue
         try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            dead.append((i, f"offset {offsets[i]}: invalid JSON: {exc}"))
-            continue
+            obj = _loads(raw)
+        except ValueError:
+            try:  # orjson is stricter (NaN, lone surrogates): the standard parser decides
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                dead.append((i, f"offset {offsets[i]}: invalid JSON: {exc}"))
+                continue
         if not isinstance(obj, dict):
             dead.append((i, f"offset {offsets[i]}: JSON value is not an object"))
             continue
@@ -113,10 +122,33 @@ def _parse(
     return parsed, dead
 
 
+def _fast_loads() -> Callable[[bytes], object]:
+    """orjson's parser when installed (several times faster), else the standard one."""
+    try:
+        import orjson
+    except ImportError:
+        return json.loads
+    return orjson.loads
+
+
+_loads = _fast_loads()
+_EXACT = {"long": int, "double": float, "boolean": bool, "string": str}
+
+
 def parse_json_values(
     values: Sequence[bytes | None], offsets: Sequence[int], known: Mapping[str, str]
 ) -> JsonColumns:
     """Parse ``values``; ``known`` maps existing table columns to their types."""
+    from ingest_job.jsonfast import parse_fast
+
+    fast = parse_fast(values, known, column_name)
+    if fast is not None:
+        fast_kinds, arrow = fast
+        return JsonColumns(
+            rows=list(range(len(values))),
+            columns={n: (kind, arrow[n].to_pylist()) for n, kind in fast_kinds.items()},
+            arrow=arrow,
+        )
     parsed, dead = _parse(values, offsets)
     seen: dict[str, set[str]] = {}
     for _i, obj in parsed:
@@ -143,6 +175,9 @@ def parse_json_values(
             kind = kinds.get(name)
             if kind is None:
                 continue  # only ever null
+            if type(val) is _EXACT[kind] and (kind != "long" or _LONG_MIN <= val <= _LONG_MAX):  # type: ignore[operator]
+                row[name] = val  # the common case, without a call
+                continue
             row[name], ok = coerce(val, kind)
             if not ok:
                 bad = (

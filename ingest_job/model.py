@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 #: snapshot summary property carrying ``{"topic": {"partition": next_offset}}``
 OFFSETS_PROPERTY = "kafscale.offsets"
+#: snapshot summary property: newest record timestamp (ms) of the commit (freshness)
+NEWEST_PROPERTY = "kafscale.newest-ms"
 
 TopicPartition = tuple[str, int]
 #: committed positions: (topic, partition) -> next offset to read
@@ -99,13 +102,16 @@ class TaskSpec:
 
     run_id: str
     store_url: str
-    value_format: str  # "raw" | "json"
+    value_format: str  # "raw" | "json" | "avro" | "protobuf" | "json-schema"
     partition_by: str  # "day" | "hour" | "none"
     table_per_topic: bool
     table: str | None
     route_by: str | None
     io_properties: tuple[tuple[str, str], ...]
     destinations: tuple[Destination, ...]
+    typed: Any = None  # ingest_job.typed.TypedSpec for avro | protobuf | json-schema
+    upsert: tuple[str, ...] = ()  # --upsert-key columns (ingest_job/upsert.py)
+    cdc: str | None = None  # --cdc debezium
 
     def destination(self, name: str) -> Destination | None:
         for d in self.destinations:
@@ -136,3 +142,4 @@ class UnitResult:
     conflicts: tuple[str, ...] = ()
     # tables that received no file but exist in the route set (routing)
     tables_seen: tuple[str, ...] = field(default=())
+    newest_ms: int = -1  # newest record timestamp (ms) the unit wrote (freshness)

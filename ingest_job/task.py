@@ -243,6 +243,28 @@ def _json_tables(
     return good, _dead_letter_rows(raw, js), js
 
 
+def _json_rows(spec: TaskSpec, src: pa.Table, base: str) -> tuple[pa.Table, pa.Table, JsonColumns]:
+    """JSON rows (with the upsert op column under --upsert-key / --cdc), dead letters."""
+    if spec.cdc:
+        from ingest_job.upsert import json_cdc_rows
+
+        def tables(unwrapped: pa.Table, original: pa.Array) -> tuple[pa.Table, pa.Table, Any]:
+            good, dead, js = _json_tables(spec, unwrapped, base)
+            vi = good.schema.get_field_index("value")
+            good = good.set_column(vi, "value", original.take(pa.array(js.rows, pa.int64())))
+            dead_idx = pa.array([i for i, _ in js.dead], pa.int64())
+            dead = dead.set_column(vi, "value", original.take(dead_idx))
+            return good, dead, js
+
+        return json_cdc_rows(src, tables)
+    good, dead, js = _json_tables(spec, src, base)
+    if spec.upsert:
+        from ingest_job.upsert import key_ops, with_ops
+
+        good = with_ops(good, key_ops(good, spec.upsert))
+    return good, dead, js
+
+
 def _json_fields(tbl: pa.Table) -> tuple[tuple[str, str], ...]:
     """(name, type) of the JSON columns of ``tbl`` that hold at least one value."""
     kinds = {v: k for k, v in ARROW_TYPES.items()}
@@ -280,6 +302,21 @@ def _write_routed(
     return dead.num_rows, js.conflicts
 
 
+def _write_typed(
+    spec: TaskSpec, raw: pa.Table, base: str, tp: tuple[str, int], writer: _Writer
+) -> int:
+    """Registry-typed values (ingest_job/typed.py); returns the dead-letter count."""
+    from ingest_job.typed import typed_tables
+
+    dl = dead_letter_table(base)
+    s_main, s_dead = dest_start(spec, base, tp), dest_start(spec, dl, tp)
+    good, dead = typed_tables(spec.typed, _since(raw, min(s_main, s_dead)), base)
+    writer.write(base, _since(good, s_main), ())
+    dead = _since(dead, s_dead)
+    writer.write(dl, dead, ())
+    return dead.num_rows
+
+
 def profiled(name: str, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, under cProfile when ``$KAFSCALE_INGEST_PROFILE`` names a directory
     (stats dumped to ``<dir>/<name>-<pid>.prof``; for profiling Spark's Python workers)."""
@@ -312,8 +349,15 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
     tp = (unit.topic, unit.partition)
     dead_count = 0
     conflicts: list[str] = []
-    if spec.value_format == "raw":
+    if spec.value_format == "raw" and spec.upsert:
+        from ingest_job.upsert import key_ops, with_ops
+
+        rows = _since(raw, dest_start(spec, base, tp))
+        writer.write(base, with_ops(rows, key_ops(rows, spec.upsert)), ())
+    elif spec.value_format == "raw":
         writer.write(base, _since(raw, dest_start(spec, base, tp)), ())
+    elif spec.typed is not None:
+        dead_count = _write_typed(spec, raw, base, tp, writer)
     elif spec.route_by:
         dead_count, found = _write_routed(spec, raw, base, tp, writer)
         conflicts.extend(f"{unit.topic}/{unit.partition}: {c}" for c in found)
@@ -322,7 +366,7 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
         dl_dest = spec.destination(dl)
         s_main = dest_start(spec, base, tp)
         s_dead = dl_dest.start_of(tp) if dl_dest else 0
-        good, dead, js = _json_tables(spec, _since(raw, min(s_main, s_dead)), base)
+        good, dead, js = _json_rows(spec, _since(raw, min(s_main, s_dead)), base)
         fields = tuple(sorted((n, k) for n, (k, _v) in js.columns.items()))
         writer.write(base, _since(good, s_main), fields)
         conflicts.extend(f"{unit.topic}/{unit.partition}: {c}" for c in js.conflicts)
@@ -338,4 +382,12 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
         files=tuple(writer.files),
         dead_letters=dead_count,
         conflicts=tuple(conflicts),
+        newest_ms=_newest_ms(raw),
     )
+
+
+def _newest_ms(raw: pa.Table) -> int:
+    if raw.num_rows == 0:
+        return -1
+    newest = pc.max(raw.column("timestamp").cast(pa.int64())).as_py()
+    return -1 if newest is None else int(newest) // 1000

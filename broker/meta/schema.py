@@ -17,6 +17,12 @@ build and parse metadata keys and values here and nowhere else.
     /security/scram/{user, quoted}/{mech}  -> broker.security.scram.ScramCredential JSON
     /security/acls/{sha256 of the binding} -> broker.security.acl.AclBinding JSON
     /quotas/{type=name/...}                -> QuotaRecord (client quotas, issue 12)
+    /registry/next-id                      -> next free schema id (decimal)      (registry)
+    /registry/schemas/{id:010d}            -> RegistrySchema (never deleted: ids not reused)
+    /registry/fingerprints/{sha256}        -> schema id of that (type, schema, references)
+    /registry/subjects/{s, quoted}/versions/{v:010d} -> RegistryVersion
+    /registry/config                       -> {compatibilityLevel} (global)
+    /registry/subjects/{s, quoted}/config  -> {compatibilityLevel} (per subject)
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 CLUSTER_ID_KEY = "/cluster/id"
 PRODUCER_ID_KEY = "/producers/next-id"
@@ -323,3 +329,106 @@ class QuotaRecord:
         entity = tuple(sorted(parts, key=lambda part: part[0]))
         quotas = {str(k): float(v) for k, v in d["quotas"].items()}
         return cls(entity, MappingProxyType(quotas))
+
+
+# ---------------------------------------------------------------------------- schema registry
+# (broker/registry/, docs/registry.md)
+
+REGISTRY_PREFIX = "/registry/"
+REGISTRY_NEXT_ID_KEY = "/registry/next-id"
+REGISTRY_CONFIG_KEY = "/registry/config"
+REGISTRY_SUBJECTS_PREFIX = "/registry/subjects/"
+
+
+def registry_schema_key(schema_id: int) -> str:
+    return f"/registry/schemas/{schema_id:010d}"
+
+
+def registry_fingerprint_key(fingerprint: str) -> str:
+    return f"/registry/fingerprints/{fingerprint}"
+
+
+def registry_subject_prefix(subject: str) -> str:
+    return f"{REGISTRY_SUBJECTS_PREFIX}{quote(subject, safe='')}/"
+
+
+def registry_versions_prefix(subject: str) -> str:
+    return registry_subject_prefix(subject) + "versions/"
+
+
+def registry_version_key(subject: str, version: int) -> str:
+    return f"{registry_versions_prefix(subject)}{version:010d}"
+
+
+def registry_subject_config_key(subject: str) -> str:
+    return registry_subject_prefix(subject) + "config"
+
+
+def registry_subject_of_key(key: str) -> str | None:
+    """The subject of a ``/registry/subjects/{s}/...`` key (None for anything else)."""
+    if not key.startswith(REGISTRY_SUBJECTS_PREFIX):
+        return None
+    quoted = key[len(REGISTRY_SUBJECTS_PREFIX) :].split("/", 1)[0]
+    return unquote(quoted) if quoted else None
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryReference:
+    """A schema reference: ``name`` (import path / $ref / Avro type name) -> subject version."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrySchema:
+    """``/registry/schemas/{id}``: a registered schema, as its client gave it."""
+
+    schema_type: str  # AVRO | PROTOBUF | JSON
+    schema: str
+    references: tuple[RegistryReference, ...] = ()
+
+    def to_json(self) -> bytes:
+        doc = {
+            "schemaType": self.schema_type,
+            "schema": self.schema,
+            "references": [
+                {"name": r.name, "subject": r.subject, "version": r.version}
+                for r in self.references
+            ],
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    @staticmethod
+    def from_json(value: bytes) -> RegistrySchema:
+        doc = json.loads(value)
+        refs = tuple(
+            RegistryReference(str(r["name"]), str(r["subject"]), int(r["version"]))
+            for r in doc.get("references") or ()
+        )
+        return RegistrySchema(str(doc["schemaType"]), str(doc["schema"]), refs)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryVersion:
+    """``/registry/subjects/{s}/versions/{v}``: the schema id of a version; soft-deleted?"""
+
+    schema_id: int
+    deleted: bool = False
+
+    def to_json(self) -> bytes:
+        return json.dumps({"id": self.schema_id, "deleted": self.deleted}).encode()
+
+    @staticmethod
+    def from_json(value: bytes) -> RegistryVersion:
+        doc = json.loads(value)
+        return RegistryVersion(int(doc["id"]), bool(doc.get("deleted", False)))
+
+
+def registry_config_json(level: str) -> bytes:
+    return json.dumps({"compatibilityLevel": level}).encode()
+
+
+def registry_config_level(value: bytes) -> str:
+    return str(json.loads(value)["compatibilityLevel"])
