@@ -11,6 +11,10 @@ Deviations, refused with INVALID_REQUEST and a message saying why: ``ip`` entiti
 (connection-rate quotas are not enforced), and the keys Kafka has that this broker does
 not enforce (``request_percentage``, ``controller_mutation_rate``). The metadata store
 unavailable is a retriable error per entry (REQUEST_TIMED_OUT).
+
+Authorization (docs/operations.md, "ACLs"), as in Kafka: DescribeClientQuotas needs
+DESCRIBE_CONFIGS on the cluster (else a top-level CLUSTER_AUTHORIZATION_FAILED),
+AlterClientQuotas ALTER_CONFIGS on the cluster (else each entry answers it).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from kafka.protocol.admin import AlterClientQuotasResponse, DescribeClientQuotas
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.quotas import QuotaError
+from broker.security.authz import Operation, allowed_cluster
 from protocol.errors import ErrorCode
 
 _DEntry = DescribeClientQuotasResponse.EntryData
@@ -29,6 +34,7 @@ _DEntity = _DEntry.EntityData
 _DValue = _DEntry.ValueData
 _AEntry = AlterClientQuotasResponse.EntryData
 _AEntity = _AEntry.EntityData
+_DENIED = "Cluster authorization failed."
 
 
 def _type(part: tuple[str, str | None]) -> str:
@@ -37,7 +43,11 @@ def _type(part: tuple[str, str | None]) -> str:
 
 async def describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
     comps = [(c.entity_type, c.match_type, c.match) for c in request.components]
-    found = ctx.broker.quotas.describe(comps, request.strict)
+    found: Any
+    if not allowed_cluster(ctx, Operation.DESCRIBE_CONFIGS):
+        found = QuotaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _DENIED)
+    else:
+        found = ctx.broker.quotas.describe(comps, request.strict)
     if isinstance(found, QuotaError):
         return DescribeClientQuotasResponse(
             throttle_time_ms=0,
@@ -59,11 +69,16 @@ async def describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
 
 async def alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
     out = []
+    denied = not allowed_cluster(ctx, Operation.ALTER_CONFIGS)
     for e in request.entries:
         entity = tuple(sorted(((d.entity_type, d.entity_name) for d in e.entity), key=_type))
         ops = [(o.key, o.value, o.remove) for o in e.ops]
         try:
-            error = await ctx.broker.quotas.alter(entity, ops, request.validate_only)
+            error = (
+                QuotaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _DENIED)
+                if denied
+                else await ctx.broker.quotas.alter(entity, ops, request.validate_only)
+            )
         except MetaStoreError:
             error = QuotaError(ErrorCode.REQUEST_TIMED_OUT, "metadata store unavailable; retry")
         out.append(

@@ -10,9 +10,16 @@ Supported versions:
   of topics the broker does not know (deleted ones) match no target and are
   ignored. Racks are recorded but not used for placement. Heartbeats that arrive while
   the group is being written share the next write (groupcoord/consumer_coordinator.py).
-- ConsumerGroupDescribe (69) v0-1: authorized operations are not computed (Kafka's "not
-  requested" value); v1's member type is always 1 (consumer): classic members never join
-  a consumer group here.
+- ConsumerGroupDescribe (69) v0-1: v1's member type is always 1 (consumer): classic
+  members never join a consumer group here.
+
+Authorization (docs/operations.md, "ACLs"), as in Kafka 4: a heartbeat needs READ on the
+group (else GROUP_AUTHORIZATION_FAILED) and DESCRIBE on every topic of
+``SubscribedTopicNames`` (else TOPIC_AUTHORIZATION_FAILED; topics matched by a regex are
+not filtered by authorization: deviation). ConsumerGroupDescribe needs DESCRIBE on each
+group (else that group answers GROUP_AUTHORIZATION_FAILED), answers KIP-430 authorized
+operations when asked, and a group whose members' assignments name a topic the
+principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED without its members.
 
 A group this broker does not own gets NOT_COORDINATOR. docs/compatibility.md, KIP-848
 consumer groups.
@@ -29,6 +36,13 @@ from kafka.protocol.admin import DescribeGroupsResponse
 
 from broker.handlers.groups import client_host, group_error, guarded
 from broker.handlers.registry import RequestContext
+from broker.security.authz import (
+    Operation,
+    ResourceType,
+    allowed,
+    authorized_operations,
+    authorizer_of,
+)
 from groupcoord.consumer_coordinator import ConsumerGroupCoordinator
 from groupcoord.consumer_group import HeartbeatRequest, HeartbeatResult
 from groupcoord.consumer_model import Assignment
@@ -94,6 +108,8 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     assert consumer is not None
     version = ctx.header.api_version
     names = request.subscribed_topic_names
+    if names and not all(allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n) for n in names):
+        return _heartbeat_response(HeartbeatResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED), 0)
     req = HeartbeatRequest(
         group_id=request.group_id,
         member_id=request.member_id or "",
@@ -126,7 +142,7 @@ def _described_assignment(ctx: RequestContext, a: Assignment) -> Any:
     return DescribedAssignment(topic_partitions=parts)
 
 
-async def _describe_one(ctx: RequestContext, group_id: str) -> Any:
+async def _describe_one(ctx: RequestContext, group_id: str, include_ops: bool) -> Any:
     def failed(err: ErrorCode, message: str | None = None) -> Any:
         return DescribedGroup(
             error_code=int(err),
@@ -140,10 +156,12 @@ async def _describe_one(ctx: RequestContext, group_id: str) -> Any:
             authorized_operations=_NOT_REQUESTED,
         )
 
+    if not allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return failed(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not group_id:
         return failed(ErrorCode.INVALID_GROUP_ID, "GroupId can't be empty.")
     consumer = _consumer(ctx)
-    err = group_error(ctx, group_id)
+    err = group_error(ctx, group_id, Operation.DESCRIBE)
     if err is None and consumer is None:
         err = ErrorCode.COORDINATOR_NOT_AVAILABLE
     if err is not None:
@@ -169,6 +187,18 @@ async def _describe_one(ctx: RequestContext, group_id: str) -> Any:
         )
         for m in state.members.values()
     ]
+    if authorizer_of(ctx) is not None and not all(
+        allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, tp.topic_name)
+        for m in members
+        for a in (m.assignment, m.target_assignment)
+        for tp in a.topic_partitions
+        if tp.topic_name  # a deleted topic has no name to authorize
+    ):
+        msg = "The group has described topic(s) that the client is not authorized to describe."
+        return failed(ErrorCode.TOPIC_AUTHORIZATION_FAILED, msg)
+    ops = _NOT_REQUESTED
+    if include_ops:
+        ops = sum(1 << op for op in authorized_operations(ctx, ResourceType.GROUP, group_id))
     return DescribedGroup(
         error_code=0,
         error_message=None,
@@ -178,7 +208,7 @@ async def _describe_one(ctx: RequestContext, group_id: str) -> Any:
         assignment_epoch=state.assignment_epoch,
         assignor_name=state.assignor or consumer.config.assignors[0],
         members=members,
-        authorized_operations=_NOT_REQUESTED,
+        authorized_operations=ops,
     )
 
 
@@ -201,7 +231,8 @@ def _describe_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
 
 @guarded(_describe_error)
 async def consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
-    groups = [await _describe_one(ctx, g) for g in request.group_ids or []]
+    include_ops = bool(getattr(request, "include_authorized_operations", False))  # KIP-430
+    groups = [await _describe_one(ctx, g, include_ops) for g in request.group_ids or []]
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=groups)
 
 

@@ -8,6 +8,9 @@ unknown one UNKNOWN_TOPIC_OR_PARTITION.
 
 Deviations: the last timestamp is not tracked (-1); there are no transactions yet, so the
 coordinator epoch is -1 and the current transaction start offset -1.
+
+Authorization (docs/operations.md, "ACLs"), as in Kafka: READ on the topic, else each of
+its partitions answers TOPIC_AUTHORIZATION_FAILED (checked before existence).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeProducersResponse
 
 from broker.handlers.registry import RequestContext
+from broker.security.authz import Operation, ResourceType, allowed
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 _Topic = DescribeProducersResponse.TopicResponse
@@ -25,6 +29,9 @@ _State = _Part.ProducerState
 
 
 async def _partition(ctx: RequestContext, topic: str, p: int) -> Any:
+    if not allowed(ctx, Operation.READ, ResourceType.TOPIC, topic):
+        code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return _Part(partition_index=p, error_code=int(code), active_producers=[])
     info = ctx.broker.topics.get(topic)
     if info is None or not 0 <= p < info.partitions:
         code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

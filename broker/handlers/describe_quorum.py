@@ -12,7 +12,9 @@ epoch is 0 and fetch timestamps are -1 (unknown). v2 lists the voter's endpoint 
 listener ``PLAINTEXT``.
 
 Any other topic or partition answers UNKNOWN_TOPIC_OR_PARTITION, as Kafka's quorum does.
-The store unreachable is a retriable top-level NOT_CONTROLLER error.
+The store unreachable is a retriable top-level NOT_CONTROLLER error. Without DESCRIBE on
+the cluster the answer is a top-level CLUSTER_AUTHORIZATION_FAILED, as Kafka's
+controller gives (docs/operations.md, "ACLs").
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kafka.protocol.admin import DescribeQuorumResponse
 
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
+from broker.security.authz import Operation, allowed_cluster
 from protocol.errors import ErrorCode
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -48,6 +51,13 @@ def _replica(node_id: int, offset: int) -> Any:
 async def describe_quorum(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     cluster = broker.cluster
+    if not allowed_cluster(ctx, Operation.DESCRIBE):
+        return DescribeQuorumResponse(
+            error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            error_message=None,
+            topics=[],
+            nodes=[],
+        )
     try:
         revision = (await broker.logs.meta.txn([], [])).revision
     except MetaStoreError:

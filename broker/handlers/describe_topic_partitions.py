@@ -9,9 +9,13 @@ topic. A requested topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION 
 nothing against the limit. As in Kafka, a cursor topic must be one of the requested topics
 (else every requested topic answers INVALID_REQUEST).
 
+Authorization (docs/operations.md, "ACLs"): DESCRIBE on each topic. As in Kafka, a named
+topic without it answers TOPIC_AUTHORIZATION_FAILED (whether it exists or not: its
+existence is not disclosed) and the all-topics listing leaves it out; each topic
+returned carries its KIP-430 authorized operations.
+
 Deviations: there are no eligible leader replicas (KIP-966's ELR needs replicas), so both
-ELR fields are empty lists (as Kafka sends them; the Java client needs them non-null);
-authorized operations are not computed (Kafka's "not requested" default is returned).
+ELR fields are empty lists (as Kafka sends them; the Java client needs them non-null).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from kafka.protocol.admin import DescribeTopicPartitionsResponse
 
 from broker.handlers.registry import RequestContext
 from broker.meta.schema import TopicInfo
+from broker.security.authz import Operation, ResourceType, allowed, authorized_operations
 from protocol.errors import ErrorCode
 
 _Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
@@ -53,6 +58,11 @@ def _partitions(ctx: RequestContext, info: TopicInfo, start: int, count: int) ->
     return out
 
 
+def _bits(ops: set[int]) -> int:
+    """KIP-430's int32 bitfield of operation codes."""
+    return sum(1 << op for op in ops)
+
+
 def _error(code: ErrorCode, name: str) -> Any:
     return _Topic(error_code=int(code), name=name, topic_id=_ZERO, partitions=[])
 
@@ -67,7 +77,13 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
             topics=[_error(ErrorCode.INVALID_REQUEST, n) for n in requested],
             next_cursor=None,
         )
+    denied = [
+        _error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, n)
+        for n in requested
+        if not allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)
+    ]
     names = requested or sorted(info.name for info in topics.all())
+    names = [n for n in names if allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)]
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
     budget = max(1, min(request.response_partition_limit, MAX_PARTITIONS))
@@ -92,9 +108,13 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
                 topic_id=info.topic_id,
                 is_internal=False,
                 partitions=parts,
+                topic_authorized_operations=_bits(
+                    authorized_operations(ctx, ResourceType.TOPIC, name)
+                ),
             )
         )
         if start + len(parts) < info.partitions:
             next_cursor = _Cursor(topic_name=name, partition_index=start + len(parts))
             break
+    out.extend(denied)
     return DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=out, next_cursor=next_cursor)

@@ -6,7 +6,8 @@ feature to the level already finalized (0 for one that is not) succeeds and chan
 nothing, so upgrade tools run against an up-to-date cluster pass; any other level, or an
 unknown feature, is INVALID_UPDATE_VERSION with a message naming the finalized level.
 As in Kafka, v0-1 answer per feature; v2 answers only at the top level, where one
-refused update fails the request.
+refused update fails the request. Without ALTER on the cluster the answer is
+CLUSTER_AUTHORIZATION_FAILED, top-level and (v0-1) for each feature, as in Kafka.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kafka.protocol.admin import UpdateFeaturesResponse
 
 from broker.handlers.api_versions import finalized_features, supported_features
 from broker.handlers.registry import RequestContext
+from broker.security.authz import Operation, allowed_cluster
 from protocol.errors import ErrorCode
 
 _Result = UpdateFeaturesResponse.UpdatableFeatureResult
@@ -32,7 +34,23 @@ def _check(ctx: RequestContext, name: str, level: int) -> str | None:
     return None
 
 
+def _denied(ctx: RequestContext, request: Any) -> Any:
+    code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    results = [
+        _Result(feature=u.feature, error_code=code, error_message=None)
+        for u in request.feature_updates
+    ]
+    return UpdateFeaturesResponse(
+        throttle_time_ms=0,
+        error_code=code,
+        error_message=None,
+        results=results if ctx.header.api_version < 2 else [],
+    )
+
+
 async def update_features(ctx: RequestContext, request: Any) -> Any:
+    if not allowed_cluster(ctx, Operation.ALTER):
+        return _denied(ctx, request)
     errors = [
         (u.feature, _check(ctx, u.feature, u.max_version_level)) for u in request.feature_updates
     ]

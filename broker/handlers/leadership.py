@@ -17,6 +17,13 @@ is ever in progress), and AlterPartitionReassignments refuses each partition, sa
 INVALID_REPLICA_ASSIGNMENT for a new replica list (there is nothing to move: the data
 lives in the object store and ownership follows broker membership),
 NO_REASSIGNMENT_IN_PROGRESS for a cancellation (null replicas).
+
+Authorization (docs/operations.md, "ACLs"), as Kafka's controller does it: ElectLeaders
+and AlterPartitionReassignments need ALTER on the cluster, ListPartitionReassignments
+DESCRIBE; denied, the answer is a top-level CLUSTER_AUTHORIZATION_FAILED (and the same
+for each requested partition). A forwarded ElectLeaders is authorized again by the owner,
+as the principal the forwarding broker logs in as (``--inter-broker-*``, see
+docs/operations.md "Inter-broker requests").
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from kafka.protocol.admin import (
 from broker.handlers.registry import RequestContext
 from broker.partition import ACTIVE
 from broker.peer import PeerError, call_peer
+from broker.security.authz import Operation, allowed_cluster
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 log = logging.getLogger(__name__)
@@ -94,7 +102,18 @@ async def _forward(
     return out
 
 
+def _elect_denied(request: Any) -> Any:
+    code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    asked = [(t.topic, p) for t in request.topic_partitions or [] for p in t.partitions]
+    results = _results((tp, (code, None)) for tp in asked)
+    return ElectLeadersResponse(
+        throttle_time_ms=0, error_code=code, replica_election_results=results
+    )
+
+
 async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    if not allowed_cluster(ctx, Operation.ALTER):
+        return _elect_denied(request)
     broker = ctx.broker
     cluster = broker.cluster
     forwarded = ctx.header.client_id == FORWARDED
@@ -133,8 +152,9 @@ def _results(items: Iterable[tuple[tuple[str, int], Outcome]]) -> list[Any]:
 
 
 async def list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    code = 0 if allowed_cluster(ctx, Operation.DESCRIBE) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     return ListPartitionReassignmentsResponse(
-        throttle_time_ms=0, error_code=0, error_message=None, topics=[]
+        throttle_time_ms=0, error_code=int(code), error_message=None, topics=[]
     )
 
 
@@ -143,12 +163,15 @@ _RPart = _RTopic.ReassignablePartitionResponse
 
 
 async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    denied = not allowed_cluster(ctx, Operation.ALTER)
     topics = []
     for t in request.topics:
         info = ctx.broker.topics.get(t.name)
         parts = []
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if denied:
+                code, msg = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 code, msg = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
             elif p.replicas is None:
                 code, msg = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "no reassignment is ever made"
@@ -161,7 +184,7 @@ async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> An
     return AlterPartitionReassignmentsResponse(
         throttle_time_ms=0,
         allow_replication_factor_change=getattr(request, "allow_replication_factor_change", True),
-        error_code=0,
+        error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) if denied else 0,
         error_message=None,
         responses=topics,
     )

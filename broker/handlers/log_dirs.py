@@ -14,6 +14,11 @@ AlterReplicaLogDirs answers as a broker with that single log dir: moving a hoste
 partition to it succeeds (it is already there), any other path is LOG_DIR_NOT_FOUND, a
 partition this broker does not host is REPLICA_NOT_AVAILABLE and an unknown one
 UNKNOWN_TOPIC_OR_PARTITION.
+
+Authorization (docs/operations.md, "ACLs"), as in Kafka: DescribeLogDirs needs DESCRIBE
+on the cluster (else no results and, from v3, top-level CLUSTER_AUTHORIZATION_FAILED);
+AlterReplicaLogDirs needs ALTER on the cluster (else every partition answers
+CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from broker.config import BrokerConfig
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import SegmentMeta, entry_base, segments_prefix
+from broker.security.authz import Operation, allowed_cluster
 from protocol.errors import ErrorCode
 
 _Result = DescribeLogDirsResponse.DescribeLogDirsResult
@@ -58,6 +64,9 @@ async def _size(ctx: RequestContext, topic: str, partition: int) -> int:
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     topics = broker.topics
+    if not allowed_cluster(ctx, Operation.DESCRIBE):
+        code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=code, results=[])
     if request.topics is None:
         wanted = [(info.name, list(range(info.partitions))) for info in topics.all()]
     else:
@@ -102,12 +111,17 @@ def _move(ctx: RequestContext, path: str, topic: str, partition: int, ours: str)
 
 async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
     ours = log_dir_name(ctx.broker.config)
+    denied = not allowed_cluster(ctx, Operation.ALTER)
     results: dict[str, list[Any]] = {}
     for d in request.dirs:
         for t in d.topics:
             parts = results.setdefault(t.name, [])
             for p in t.partitions:
-                code = _move(ctx, d.path, t.name, p, ours)
+                code = (
+                    ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    if denied
+                    else _move(ctx, d.path, t.name, p, ours)
+                )
                 parts.append(_APart(partition_index=p, error_code=int(code)))
     return AlterReplicaLogDirsResponse(
         throttle_time_ms=0,
