@@ -96,6 +96,14 @@ def add_broker_flags(pp: EnvParser) -> None:
     pp.option("--authorizer", "enforce ACLs (default false)", type=bool_arg)
     pp.option("--allow-everyone-if-no-acl-found", "allow resources without ACLs "
               "(default false)", type=bool_arg)  # fmt: skip
+    pp.option("--registry-auth", "schema registry authentication: none (default) or basic "
+              "(HTTP Basic against the SCRAM users)", choices=("none", "basic"))  # fmt: skip
+    pp.option("--inter-broker-listener", "listener name brokers call each other on "
+              "(default: PLAINTEXT if the peer has it, else its first)")  # fmt: skip
+    pp.option("--inter-broker-sasl-mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 "
+              "(default) on a SASL inter-broker listener")  # fmt: skip
+    pp.option("--inter-broker-sasl-username", "user brokers log in to each other as")
+    pp.option("--inter-broker-sasl-password", "its password")
 
 
 def security_config(
@@ -145,6 +153,13 @@ def security_config(
         "etcd_key": args.get("etcd_key"),
         "etcd_user": args.get("etcd_user"),
         "etcd_password": args.get("etcd_password"),
+        "registry_auth": args.get("registry_auth") or "none",
+        "inter_broker_listener": args.get("inter_broker_listener"),
+        "inter_broker_sasl_mechanism": (
+            args.get("inter_broker_sasl_mechanism") or "SCRAM-SHA-512"
+        ).upper(),
+        "inter_broker_sasl_username": args.get("inter_broker_sasl_username"),
+        "inter_broker_sasl_password": args.get("inter_broker_sasl_password"),
     }
     if args.get("sasl_auth_timeout_ms") is not None:
         values["auth_timeout_ms"] = int(args["sasl_auth_timeout_ms"])

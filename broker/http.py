@@ -8,7 +8,8 @@
   its lease confirmed by the metadata store), 503 otherwise;
 - ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`
   (consumer-group figures are recomputed first, within ``GROUP_REFRESH_S``);
-- ``/registry/...``: the schema registry (Confluent REST API, :mod:`broker.registry.api`).
+- ``/registry/...``: the schema registry (Confluent REST API, :mod:`broker.registry.api`),
+  behind HTTP Basic auth with ``--registry-auth basic`` (:mod:`broker.registry.auth`).
 
 docs/operations.md, "Monitoring", has the probe settings.
 """
@@ -20,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from broker.metrics import broker_registry, exposition
 from broker.registry.api import RegistryApi
@@ -44,7 +46,12 @@ class HttpServer:
         self.requested_port = int(port)
         self.broker = broker
         self.registry = broker_registry(broker)
-        app = web.Application()
+        middlewares: list[Middleware] = []
+        if broker.config.security.registry_auth == "basic":
+            from broker.registry.auth import BasicAuth
+
+            middlewares.append(BasicAuth(broker.security.credentials).middleware())
+        app = web.Application(middlewares=middlewares)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)

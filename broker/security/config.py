@@ -117,6 +117,13 @@ class SecurityConfig:
     authorizer: bool = False
     super_users: tuple[str, ...] = field(default_factory=tuple)
     allow_everyone_if_no_acl_found: bool = False
+    # the schema registry on the HTTP port: none | basic (broker/registry/auth.py)
+    registry_auth: str = "none"
+    # how this broker logs in to its peers (forwarded ElectLeaders, broker/peer.py)
+    inter_broker_listener: str | None = None
+    inter_broker_sasl_mechanism: str = "SCRAM-SHA-512"
+    inter_broker_sasl_username: str | None = None
+    inter_broker_sasl_password: str | None = field(default=None, repr=False)
     # towards the backends: etcd over TLS and/or with a user (broker.meta.etcd_secure)
     etcd_ca: str | None = None
     etcd_cert: str | None = None

@@ -73,6 +73,8 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
         assert r.returncode == 0, r.stderr
     ports = {n: free_port() for n in ("SASL_PLAINTEXT", "SASL_SSL", "SSL")}
     args = [f"--listener={n}://127.0.0.1:{p}" for n, p in ports.items()]
+    http = free_port()  # the schema registry, behind HTTP Basic auth
+    args += ["--http", f"127.0.0.1:{http}", "--registry-auth", "basic"]
     args += ["--ssl-cert", str(pki.server.cert), "--ssl-key", str(pki.server.key),
              "--ssl-ca", str(pki.ca), "--ssl-client-auth", "requested",
              "--ssl-principal-mapping-rules", "RULE:^CN=([^,]*),.*$/$1/,DEFAULT",
@@ -82,7 +84,7 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
              "--oauth-jwks", str(signer.jwks), "--oauth-issuer", ISSUER,
              "--oauth-audience", AUDIENCE]  # fmt: skip
     proc = start_broker(workdir, extra_args=tuple(args))
-    sb = SecureBroker(proc, pki, {"PLAINTEXT": proc.port, **ports}, signer)
+    sb = SecureBroker(proc, pki, {"PLAINTEXT": proc.port, **ports, "HTTP": http}, signer)
     try:
         for kind, name in (("--topic", MX), ("--group", MX)):
             r = kafscale("acls", *admin_flags(sb), "add", "--allow-principal", "User:app",
