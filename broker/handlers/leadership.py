@@ -28,7 +28,9 @@ docs/operations.md "Inter-broker requests").
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import ssl
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -44,6 +46,7 @@ from broker.handlers.registry import RequestContext
 from broker.partition import ACTIVE
 from broker.peer import PeerError, call_peer
 from broker.security.authz import Operation, allowed_cluster
+from broker.security.inter_broker import InterBrokerError, client_tls, peer_target
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 log = logging.getLogger(__name__)
@@ -91,10 +94,15 @@ async def _forward(
         timeout_ms=request.timeout_ms,
     )
     try:
-        resp = await call_peer(peer.host, peer.port, fwd, 2, FORWARDED, FORWARD_TIMEOUT_S)
-    except PeerError as exc:
+        target = peer_target(ctx.broker.config.security, peer)
+        tls = None
+        if target.protocol in ("SSL", "SASL_SSL"):
+            tls = await asyncio.to_thread(client_tls, ctx.broker.config.security)
+        resp = await call_peer(target.host, target.port, fwd, 2, FORWARDED, FORWARD_TIMEOUT_S,
+                               tls=tls, login=target.login)  # fmt: skip
+    except (PeerError, InterBrokerError, OSError, ssl.SSLError) as exc:
         log.warning("forwarding ElectLeaders to broker %d failed: %s", node, exc)
-        return dict.fromkeys(tps, (failed[0], f"broker {node} unreachable"))
+        return dict.fromkeys(tps, (failed[0], f"broker {node} unreachable: {exc}"))
     out = dict.fromkeys(tps, failed)
     for r in resp.replica_election_results:
         for pr in r.partition_result:
