@@ -47,6 +47,8 @@ class World:
     group: str  # carol's
     dave_group: str
     passwords: dict[str, str]
+    shared_group: str = ""  # carol consumes carol_topic in it; dave may DESCRIBE the group
+    carol_topic: str = ""  # dave may not DESCRIBE it
 
     def call(self, user: str, req: Any, resp_cls: Any, version: int) -> Any:
         with RawConn(self.sb.ports["SASL_PLAINTEXT"]) as conn:
@@ -69,7 +71,8 @@ def world(secure_broker: SecureBroker) -> Iterator[World]:
         fut.result(TIMEOUT)
     carol, dave = (f"User:{u}" for u in users)
     w = World(secure_broker, f"az-{tag}", f"az-hidden-{tag}", f"azg-{tag}", f"azd-{tag}", users)
-    create_topics(admin, w.topic, w.hidden)
+    w.shared_group, w.carol_topic = f"azs-{tag}", f"az-carol-{tag}"
+    create_topics(admin, w.topic, w.hidden, w.carol_topic)
     cluster_ops = (
         AclOperation.DESCRIBE,
         AclOperation.ALTER,
@@ -83,6 +86,9 @@ def world(secure_broker: SecureBroker) -> Iterator[World]:
         acl(ResourceType.GROUP, w.group, carol, AclOperation.READ),
         acl(ResourceType.TOPIC, w.topic, dave, AclOperation.DESCRIBE),
         acl(ResourceType.GROUP, w.dave_group, dave, AclOperation.READ),
+        acl(ResourceType.TOPIC, w.carol_topic, carol, AclOperation.READ),
+        acl(ResourceType.GROUP, w.shared_group, carol, AclOperation.READ),
+        acl(ResourceType.GROUP, w.shared_group, dave, AclOperation.DESCRIBE),
     )
     yield w
 
@@ -273,3 +279,17 @@ def test_consumer_group_describe_needs_describe_group(world: World) -> None:
     assert g.authorized_operations == (1 << READ) | (1 << DESCRIBE)
     (g,) = world.call(dave, req, ConsumerGroupDescribeResponse, 1).groups
     assert g.error_code == GROUP_AUTHZ and not g.members
+
+
+def test_consumer_group_describe_hides_groups_with_undescribable_topics(world: World) -> None:
+    carol, dave = users(world)
+    assert heartbeat(world, carol, world.shared_group, [world.carol_topic]).error_code == OK
+    req = ConsumerGroupDescribeRequest(
+        group_ids=[world.shared_group], include_authorized_operations=False
+    )
+    (g,) = world.call(carol, req, ConsumerGroupDescribeResponse, 1).groups
+    assert g.error_code == OK
+    names = {tp.topic_name for m in g.members for tp in m.target_assignment.topic_partitions}
+    assert names == {world.carol_topic}
+    (g,) = world.call(dave, req, ConsumerGroupDescribeResponse, 1).groups
+    assert g.error_code == TOPIC_AUTHZ and not g.members
