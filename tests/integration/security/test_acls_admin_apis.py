@@ -293,3 +293,49 @@ def test_consumer_group_describe_hides_groups_with_undescribable_topics(world: W
     assert names == {world.carol_topic}
     (g,) = world.call(dave, req, ConsumerGroupDescribeResponse, 1).groups
     assert g.error_code == TOPIC_AUTHZ and not g.members
+
+
+def test_kip848_offset_and_list_paths_keep_their_checks(world: World) -> None:
+    """OffsetCommit v9 / OffsetFetch v9 (member epochs of a consumer group) and ListGroups
+    v5 (type filter) on a KIP-848 group: READ / DESCRIBE group, DESCRIBE to be listed."""
+    from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
+    from kafka.protocol.consumer import (
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        OffsetFetchRequest,
+        OffsetFetchResponse,
+    )
+
+    carol, dave = users(world)
+    joined = heartbeat(world, carol, world.group, [world.topic])
+    assert joined.error_code == OK
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    P = T.OffsetCommitRequestPartition
+    part = P(
+        partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""
+    )
+    commit = OffsetCommitRequest(
+        group_id=world.group,
+        member_id=joined.member_id,
+        generation_id_or_member_epoch=joined.member_epoch,
+        group_instance_id=None,
+        topics=[T(name=world.topic, partitions=[part])],
+    )
+    resp = world.call(carol, commit, OffsetCommitResponse, 9)
+    assert resp.topics[0].partitions[0].error_code == OK
+    resp = world.call(dave, commit, OffsetCommitResponse, 9)
+    assert resp.topics[0].partitions[0].error_code == GROUP_AUTHZ
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    fetch = OffsetFetchRequest(
+        require_stable=False,
+        groups=[G(group_id=world.group, member_id=None, member_epoch=-1, topics=None)],
+    )
+    (g,) = world.call(carol, fetch, OffsetFetchResponse, 9).groups
+    assert g.error_code == OK and [t.name for t in g.topics] == [world.topic]
+    (g,) = world.call(dave, fetch, OffsetFetchResponse, 9).groups
+    assert g.error_code == GROUP_AUTHZ
+    lst = ListGroupsRequest(states_filter=[], types_filter=["consumer"])
+    listed = {g.group_id for g in world.call(carol, lst, ListGroupsResponse, 5).groups}
+    assert world.group in listed
+    listed = {g.group_id for g in world.call(dave, lst, ListGroupsResponse, 5).groups}
+    assert world.group not in listed
