@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -152,6 +153,13 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "committed offsets of empty groups expire after this (default 10080)",
     ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
+    (
+        "workers",
+        "",
+        int,
+        "broker processes to run, node ids and ports + 0..N-1 (default: the cores available;"
+        " 1 with the embedded metadata store; docs/operations.md)",
+    ),
 ]
 
 
@@ -217,6 +225,15 @@ def main(argv: list[str]) -> int:
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from broker.workers import WorkersError, supervise, workers_for
+
+    try:
+        workers = workers_for(argv, config)
+    except WorkersError as exc:
+        print(f"kafscale broker: {exc}", file=sys.stderr)
+        return 2
+    if workers > 1:
+        return supervise(argv, config, workers)
     from broker.server import serve
 
     try:

@@ -135,7 +135,8 @@ class LocalStore:
         path = url[len("file://") :] if url.startswith("file://") else url
         if not path:
             raise ValueError(f"empty path in store URL {url!r}")
-        return cls(path)
+        # KAFSCALE_DIRECT_IO=0: write through the page cache (docs/operations.md)
+        return cls(path, direct_io=os.environ.get("KAFSCALE_DIRECT_IO", "1") != "0")
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
