@@ -36,6 +36,7 @@ from bench.broker_targets import (
     BrokerLimits,
     Target,
     broker_target,
+    etcd_target,
     mock_target,
     s3_target,
 )
@@ -45,7 +46,10 @@ from bench.broker_workers import worker_main
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.broker", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="~1 minute run (smaller volumes)")
-    p.add_argument("--targets", default="local,s3,mock", help="subset of local,noval,s3,mock")
+    p.add_argument("--targets", default="local,s3,mock",
+                   help="subset of local,noval,etcd,workers,s3,mock")  # fmt: skip
+    p.add_argument("--workers", type=int, default=2,
+                   help="processes of the 'workers' target (etcd, local store)")  # fmt: skip
     p.add_argument("--messages", type=int, help="messages per full-speed run")
     p.add_argument("--rounds", type=int, help="rounds (median kept); default 1 quick, 3 full")
     p.add_argument("--partitions", type=int, help="partitions per topic (default 1)")
@@ -78,6 +82,10 @@ def _open_target(
 ) -> Target:  # fmt: skip
     if name == "mock":
         return stack.enter_context(mock_target())
+    if name in ("etcd", "workers"):
+        workers = args.workers if name == "workers" else 1
+        extra = [*args.broker_arg, *args.local_arg]
+        return stack.enter_context(etcd_target(name, workdir / name, limits, extra, workers))
     if name == "s3":
         return stack.enter_context(
             s3_target(workdir / "s3", limits, [*args.broker_arg, *args.s3_arg])
