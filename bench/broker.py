@@ -28,8 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.broker_plot import plot
 from bench.broker_report import format_table
-from bench.broker_run import FULL, QUICK, Plan, run_targets
+from bench.broker_run import FULL, QUICK, Plan, run_targets, warm_up
+from bench.broker_sweep import format_sweep, run_sweep
 from bench.broker_targets import (
     MIB,
     TARGETS,
@@ -67,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--local-arg", action="append", default=[], help="extra flag, local only")
     p.add_argument("--s3-arg", action="append", default=[], help="extra flag, S3 only")
     p.add_argument("--json", type=Path, help="also write the raw results here")
+    p.add_argument(
+        "--sweep",
+        metavar="RATES",
+        help="instead: produce at these offered msg/s (comma list, 0 = full speed)",
+    )
+    p.add_argument("--sweep-seconds", type=float, default=3.0, help="seconds per sweep rate")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="with --sweep: draw it here")
     p.add_argument(
         "--py-spy",
         type=Path,
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with contextlib.ExitStack() as stack:
             targets = [_open_target(n, stack, workdir, limits, args) for n in names]
+            if args.sweep:
+                return _sweep(targets, plan, args)
             results = run_targets(targets, plan, rounds, args.py_spy)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -124,6 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results, plan))
     if args.json is not None:
         args.json.write_text(json.dumps({"plan": plan.__repr__(), "results": results}, indent=1))
+    return 0
+
+
+def _sweep(targets: list[Target], plan: Plan, args: argparse.Namespace) -> int:
+    rates = [int(r) for r in args.sweep.split(",")]
+    for t in targets:
+        warm_up(t, plan)
+    sweep = run_sweep(targets, plan, rates, args.sweep_seconds)
+    print()
+    print(format_sweep(sweep))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"plan": repr(plan), "sweep": sweep}, indent=1))
+    if args.plot is not None and plot(
+        sweep,
+        args.plot,
+        f"produce (idempotent, acks=all, 1 KiB, {plan.partitions} partition(s))"
+        " against offered load; same run, shared 2-core machine",
+    ):
+        print(f"plot: {args.plot}")
     return 0
 
 
