@@ -31,12 +31,13 @@ from pathlib import Path
 from bench.broker_plot import plot
 from bench.broker_report import format_table
 from bench.broker_run import FULL, QUICK, Plan, run_targets, warm_up
-from bench.broker_sweep import format_sweep, run_sweep
+from bench.broker_sweep import format_sweep, run_partition_sweep, run_sweep
 from bench.broker_targets import (
     MIB,
     TARGETS,
     BrokerLimits,
     Target,
+    base_target,
     broker_target,
     etcd_target,
     mock_target,
@@ -49,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.broker", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="~1 minute run (smaller volumes)")
     p.add_argument("--targets", default="local,s3,mock",
-                   help="subset of local,noval,etcd,workers,s3,mock")  # fmt: skip
+                   help="subset of base,local,noval,etcd,workers,s3,mock")  # fmt: skip
     p.add_argument("--workers", type=int, default=2,
                    help="processes of the 'workers' target (etcd, local store)")  # fmt: skip
     p.add_argument("--messages", type=int, help="messages per full-speed run")
@@ -74,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RATES",
         help="instead: produce at these offered msg/s (comma list, 0 = full speed)",
     )
+    p.add_argument("--base-tree", type=Path,
+                   help="source tree of the 'base' target (the local broker before)")  # fmt: skip
+    p.add_argument("--partition-sweep", metavar="COUNTS",
+                   help="instead: idempotent produce over N partitions (comma list)")  # fmt: skip
     p.add_argument("--sweep-seconds", type=float, default=3.0, help="seconds per sweep rate")
     p.add_argument("--plot", type=Path, metavar="PNG", help="with --sweep: draw it here")
     p.add_argument(
@@ -91,6 +96,11 @@ def _open_target(
 ) -> Target:  # fmt: skip
     if name == "mock":
         return stack.enter_context(mock_target())
+    if name == "base":
+        if args.base_tree is None:
+            raise SystemExit("target 'base' needs --base-tree PATH")
+        extra = [*args.broker_arg, *args.local_arg]
+        return stack.enter_context(base_target(workdir / name, args.base_tree, limits, extra))
     if name in ("etcd", "workers"):
         workers = args.workers if name == "workers" else 1
         extra = [*args.broker_arg, *args.local_arg]
@@ -128,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
             targets = [_open_target(n, stack, workdir, limits, args) for n in names]
             if args.sweep:
                 return _sweep(targets, plan, args)
+            if args.partition_sweep:
+                counts = [int(c) for c in args.partition_sweep.split(",")]
+                sweep = run_partition_sweep(targets, counts, plan.messages)
+                if args.json is not None:
+                    args.json.write_text(json.dumps({"partition_sweep": sweep}, indent=1))
+                return 0
             results = run_targets(targets, plan, rounds, args.py_spy)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

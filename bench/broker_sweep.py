@@ -64,3 +64,58 @@ def format_sweep(sweep: dict[str, list[dict[str, Any]]]) -> str:
         cells = [f"{sweep[n][i]['mbs']:8.1f} / {sweep[n][i]['p99_ms']:9.1f}" for n in names]
         lines.append(f"{offered:>13}  " + "  ".join(f"{c:>20}" for c in cells))
     return "\n".join(lines)
+
+
+COUNTERS = ("kafscale_flush_cycles_total", "kafscale_txns_total", "kafscale_segments_total")
+
+
+def _counters(url: str | None) -> dict[str, float]:
+    import urllib.request
+
+    if url is None:
+        return {}
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in COUNTERS:
+            out[name] = float(value)
+    return out
+
+
+def run_partition_sweep(
+    targets: list[Target], counts: list[int], messages: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Per broker target, full-speed idempotent produce of ``messages`` spread over N
+    partitions: MB/s, p99, server CPU per MB, and metadata transactions per flush cycle."""
+    out: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets if t.name != "mock"}
+    for n in counts:
+        for t in targets:
+            if t.name == "mock":
+                continue  # its topics have 4 partitions
+            topic = f"parts-{n}-{uuid.uuid4().hex[:6]}"
+            create_topics(t.bootstrap, [topic], n)
+            spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": n,
+                    "kind": "produce", "topic": topic, "messages": messages,
+                    "idempotence": True}  # fmt: skip
+            before, cpu = _counters(t.metrics_url), cpu_seconds(t.pid)
+            res = run_worker(spec)
+            cpu, after = cpu_seconds(t.pid) - cpu, _counters(t.metrics_url)
+            d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS}
+            cycles = d["kafscale_flush_cycles_total"] or float("nan")
+            mbs, _ = rate(res)
+            point = {
+                "partitions": n, "mbs": mbs, "p50_ms": res["p50_ms"], "p99_ms": res["p99_ms"],
+                "errors": res["errors"],
+                "server_cpu_ms_per_mb": cpu * 1000 / (res["bytes"] / 1e6) if res["bytes"] else None,
+                "flush_cycles": d["kafscale_flush_cycles_total"],
+                "txns_per_cycle": d["kafscale_txns_total"] / cycles,
+                "segments_per_cycle": d["kafscale_segments_total"] / cycles,
+            }  # fmt: skip
+            out[t.name].append(point)
+            print(f"  partitions {t.name:<7} {n:>5}: {mbs:7.1f} MB/s  p99 {res['p99_ms']:8.1f} ms"
+                  f"  CPU {point['server_cpu_ms_per_mb'] or 0:5.1f} ms/MB  txns/cycle"
+                  f" {point['txns_per_cycle']:.2f}  segs/cycle {point['segments_per_cycle']:.1f}"
+                  f"  ({res['errors']} errors)", flush=True)  # fmt: skip
+    return out

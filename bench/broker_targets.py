@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MIB = 1 << 20
-TARGETS = ("local", "noval", "etcd", "workers", "s3", "mock")
+TARGETS = ("base", "local", "noval", "etcd", "workers", "s3", "mock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +206,28 @@ def broker_target(
             f"http://127.0.0.1:{http}/metrics",
             (limits.broker_inflight_bytes + limits.cache_bytes) * workers,
         )
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def base_target(
+    workdir: Path, tree: Path, limits: BrokerLimits, extra: list[str]
+) -> Iterator[Target]:
+    """The ``local`` broker run from another source tree (``--base-tree``: e.g. an export of
+    an earlier commit), so that before and after are measured in the same run."""
+    from tests.fixtures.broker import BrokerProcess, free_port
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, http = free_port(), free_port()
+    args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
+            "--log-level", "WARNING", *limits.args(), *extra]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
+    env["PYTHONPATH"] = str(tree.resolve())
+    broker = BrokerProcess(workdir, port, args, env).start()
+    try:
+        yield Target("base", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
+                     limits.broker_inflight_bytes + limits.cache_bytes)  # fmt: skip
     finally:
         broker.stop()
 
