@@ -1,4 +1,5 @@
-"""Writing a new object file with ``O_DIRECT`` (``LocalStore.put_if_absent``).
+"""Writing a new object file with ``O_DIRECT`` (``LocalStore.put_if_absent`` with
+``KAFSCALE_DIRECT_IO=1``; off by default, see the end of this docstring).
 
 Every object the broker writes is fsynced at once and read back, if at all, through the
 broker's own segment cache, so the page cache only costs: on the project's VM a buffered
@@ -11,6 +12,11 @@ and the file is truncated to its real size before the caller's ``fsync``.
 A filesystem without ``O_DIRECT`` (``EINVAL`` at open or at the first write, e.g. some
 tmpfs or FUSE mounts) makes ``write_direct`` return False before anything is left
 behind; the caller then writes through the page cache as before.
+
+Why it is not the default: the page cache is also a second-level read cache for
+consumers of segments already evicted from the broker's own cache; with ``O_DIRECT`` they
+read the disk. In A/B runs on the loaded 2-core machine neither produce nor consume CPU
+showed a difference beyond the noise (docs/benchmarks.md).
 """
 
 from __future__ import annotations

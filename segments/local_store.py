@@ -11,8 +11,10 @@ ETags are ``crc32c-<CRC-32C of the content, 8 hex>-<size, hex>``, computed while
 quarter of the broker's produce CPU; docs/benchmarks.md) and remembered per (inode,
 mtime, size). ETags are opaque to every user (compared for equality only); an object
 written before this change keeps its recorded MD5 ETag, and an ``If-Match`` with a
-32-hex MD5 on an object without a recorded ETag is checked by hashing it with MD5. New
-objects are written with ``O_DIRECT`` (``segments/direct_io.py``).
+32-hex MD5 on an object without a recorded ETag is checked by hashing it with MD5. With
+``direct_io`` (``KAFSCALE_DIRECT_IO=1``) new objects are written with ``O_DIRECT``
+(``segments/direct_io.py``); off by default: it saves system CPU on writes but leaves
+nothing in the page cache for readers of segments evicted from the broker's cache.
 
 ETags are also recorded on the file itself, in the extended attribute
 ``user.kafscale.etag`` as ``"<etag> <mtime_ns> <size>"``, so another process (a Spark
@@ -123,7 +125,7 @@ def _fsync_dir(path: str) -> None:
 
 
 class LocalStore:
-    def __init__(self, root: str, direct_io: bool = True) -> None:
+    def __init__(self, root: str, direct_io: bool = False) -> None:
         self.root = os.path.abspath(root)
         self.direct_io = direct_io  # new objects written with O_DIRECT (segments/direct_io.py)
         os.makedirs(self.root, exist_ok=True)
@@ -135,8 +137,8 @@ class LocalStore:
         path = url[len("file://") :] if url.startswith("file://") else url
         if not path:
             raise ValueError(f"empty path in store URL {url!r}")
-        # KAFSCALE_DIRECT_IO=0: write through the page cache (docs/operations.md)
-        return cls(path, direct_io=os.environ.get("KAFSCALE_DIRECT_IO", "1") != "0")
+        # KAFSCALE_DIRECT_IO=1: write new objects with O_DIRECT (docs/operations.md)
+        return cls(path, direct_io=os.environ.get("KAFSCALE_DIRECT_IO", "0") == "1")
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"

@@ -40,3 +40,9 @@ async def test_store_writes_the_same_either_way(tmp_path: Path, direct_io: bool)
     assert etag == crc_etag(crc32c.crc32c(data), len(data))
     assert await store.get("t/0/seg", if_match=etag) == data
     assert [p.name for p in (tmp_path / "t" / "0").iterdir()] == ["seg"]  # no temp file left
+
+
+def test_the_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LocalStore.from_url(f"file://{tmp_path}").direct_io is False  # the default
+    monkeypatch.setenv("KAFSCALE_DIRECT_IO", "1")
+    assert LocalStore.from_url(f"file://{tmp_path}").direct_io is True
