@@ -5,7 +5,7 @@ with optional ``access_key``/``secret_key`` parameters; without them the usual A
 credential chain applies (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, profiles, ...).
 
 One long-lived client is created on first use and closed by ``close()``. ETags are returned
-without quotes (the hex MD5 for single-part PUTs, as ``LocalStore`` computes them).
+without quotes (the hex MD5 for single-part PUTs; ``LocalStore``'s are CRC-32C based).
 """
 
 from __future__ import annotations
