@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.workers import MAX_RESTARTS
 from tests.fixtures.broker import REPO, free_port
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -214,3 +215,37 @@ def test_embedded_store_refuses_more_workers(tmp_path: Path) -> None:
     )  # fmt: skip
     assert res.returncode == 2
     assert "--meta etcd://" in res.stderr
+
+
+def test_a_worker_that_keeps_failing_stops_the_supervisor(etcd_url: str, tmp_path: Path) -> None:
+    """Worker 1's port is taken: it exits at every start; after MAX_RESTARTS the
+    supervisor stops worker 0 by PID and exits 1, leaving no process behind."""
+    port = _consecutive_free_ports(2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
+    cmd = [
+        sys.executable, "-m", "broker.cli", "broker", "--workers", "2",
+        "--listen", f"127.0.0.1:{port}", "--node-id", "40",
+        "--meta", etcd_url, "--meta-prefix", f"/workers-{uuid.uuid4().hex[:8]}",
+        "--store", f"file://{tmp_path}/objects", "--lease-ttl", str(LEASE_TTL),
+    ]  # fmt: skip
+    log = tmp_path / "supervisor.log"
+    with socket.socket() as blocker, open(log, "wb") as out:
+        blocker.bind(("127.0.0.1", port + 1))
+        blocker.listen()
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        seen: set[int] = set()
+        try:
+            end = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < end:
+                seen |= _children(proc.pid)
+                time.sleep(0.1)
+            assert proc.wait(10) == 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    out_text = log.read_text(errors="replace")
+    assert "keeps exiting" in out_text
+    assert len(seen) >= 2 + MAX_RESTARTS  # worker 0 once, worker 1 on every restart
+    for pid in seen:
+        assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
