@@ -50,6 +50,10 @@ def _truthy(value: str) -> bool:
 
 
 class S3Store:
+    # whole segments are fetched as concurrent ranged GETs (broker/segment_loader.py): one
+    # S3 stream is bounded by per-connection throughput
+    parallel_ranged_gets = True
+
     def __init__(
         self,
         bucket: str,
