@@ -4,11 +4,11 @@ path): cold reads at the object store's bandwidth.
 - **One load per object at a time**: fetch reads that miss the cache on the same segment
   share one GET (and one cache insertion), a readahead's included, instead of each
   fetching it. Merges and timestamp lookups load on their own (``shared=False``).
-- **Parallel ranged GETs**: on a store that declares ``parallel_ranged_gets`` (S3, where
-  one stream is bounded by per-connection throughput), a segment larger than ``PART``
-  is fetched as ranged GETs of ``PART`` bytes at once, each with ``If-Match`` on the
-  manifest's ETag, and joined; a length that does not match the manifest falls back to
-  one whole GET.
+- **Parallel ranged GETs**: on a store that declares ``parallel_ranged_gets`` (S3 with
+  ``parallel_gets=true`` in its URL, for stores whose single stream is slow), a segment
+  larger than ``PART`` is fetched as ranged GETs of ``PART`` bytes at once, each with
+  ``If-Match`` on the manifest's ETag, and joined; a length that does not match the
+  manifest falls back to one whole GET.
 - **Readahead**: after a reader missed the cache, the next ``READAHEAD`` segments of the
   partition (those the manifest says are small enough to read whole) are loaded into the
   cache in the background, so a consumer reading from the start of a partition finds
