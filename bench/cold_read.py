@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_run import create_topics
-from bench.broker_targets import cpu_seconds
+from bench.broker_targets import Target, cpu_seconds, profiled
 from bench.broker_workers import run_worker
 
 MSG = 1024
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.cold_read", description=__doc__)
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--base-tree", type=Path)
+    p.add_argument("--py-spy", type=Path, metavar="DIR", help="profile the cold consume")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="kafscale-cold-"))
     limits = ["--cache-bytes", str(64 << 20), "--log-level", "WARNING", "--merge-min-age-ms", "0"]
@@ -77,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             run_worker(spec)
             time.sleep(3)  # merges of the small segments (interval 1 s) before the restart
             b.restart()  # an empty segment cache: everything is in S3 only
-            res = _consume(b.bootstrap, "cold", args.messages, b.pid)
+            target = Target("cold", b.bootstrap, b.pid)
+            with profiled(target, "consume", args.py_spy):
+                res = _consume(b.bootstrap, "cold", args.messages, b.pid)
         finally:
             b.stop()
         base = None
