@@ -238,7 +238,17 @@ def workers_for(argv: Sequence[str], config: BrokerConfig) -> int:
     """The number of workers ``kafscale broker argv`` runs (raises WorkersError)."""
     from broker.cli_broker import broker_parser
 
-    return worker_count(vars(broker_parser().parse_args(argv))["workers"], config.meta_url)
+    requested = vars(broker_parser().parse_args(argv))["workers"]
+    n = worker_count(requested, config.meta_url)
+    if n > 1 and config.security.listeners:
+        # named listeners (--listener) are not shifted per worker: one process binds them
+        if requested is None:
+            return 1
+        raise WorkersError(
+            "--workers > 1 cannot be combined with --listener (named listeners are not yet "
+            "given a port per worker): run one worker per pod, or use --listen"
+        )
+    return n
 
 
 def supervise(argv: Sequence[str], config: BrokerConfig, n: int) -> int:

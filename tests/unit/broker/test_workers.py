@@ -45,3 +45,11 @@ def test_each_worker_gets_its_own_node_id_and_ports() -> None:
     # the flags given last win: a worker's command line ends with them
     config, _ = config_from_args(["--node-id", "40", "--listen", "0.0.0.0:9092", *plans[1].args()])
     assert (config.node_id, config.listen_port, config.advertised_port) == (41, 9093, 19093)
+
+
+def test_named_listeners_run_one_worker_unless_more_are_asked_for() -> None:
+    argv = ["--meta", "etcd://h:1", "--listener", "SASL_PLAINTEXT://127.0.0.1:9093"]
+    assert workers_for(argv, config_from_args(argv)[0]) == 1  # not one per core
+    argv += ["--workers", "2"]
+    with pytest.raises(WorkersError, match="--listener"):
+        workers_for(argv, config_from_args(argv)[0])
