@@ -57,6 +57,8 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 0
+    # transactions (issue 9): Kafka's transaction.max.timeout.ms
+    transaction_max_timeout_ms: int = 900_000
 
     @staticmethod
     def new_cluster_id() -> str:

@@ -16,7 +16,12 @@ Checkpoints sit just before every place that deletes or writes objects:
 - ``retire.before_delete``: the delayed deletion of merged-away or expired objects,
   after the ownership check, before the delete;
 - ``topic.before_list``: topic deletion, before listing the topic's objects;
-- ``merge.before_commit``: a merge, after uploading the merged segment.
+- ``merge.before_commit``: a merge, after uploading the merged segment;
+- ``txn.after_prepare``: the transaction coordinator, after storing PrepareCommit or
+  PrepareAbort, before it requests the markers;
+- ``txn.after_markers_requested``: the coordinator, after putting the marker requests;
+- ``txn.before_marker_commit``: a partition owner, after appending a control batch,
+  before it is committed.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ POINTS = frozenset(
         "retire.before_delete",
         "topic.before_list",
         "merge.before_commit",
+        "txn.after_prepare",
+        "txn.after_markers_requested",
+        "txn.before_marker_commit",
     }
 )
 

@@ -21,6 +21,8 @@ from broker.logs import LogManager
 from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
 from broker.topics import TopicManager
+from broker.txn_coordinator import TxnCoordinator
+from broker.txn_markers import MarkerWriter
 from groupcoord import GroupConfig, GroupCoordinator
 from segments.store import ObjectStore, open_store
 
@@ -87,6 +89,8 @@ class Broker:
         self.logs: LogManager = LogManager(config, self.meta, self.store, self.cluster, self.topics)
         self.producer_ids = ProducerIds(self.meta)
         self.groups: GroupCoordinator | None = None
+        self.txns: TxnCoordinator | None = None
+        self.markers: MarkerWriter | None = None
         self.cluster_id = config.cluster_id
         self.connections: set[Connection] = set()
         self.admission: Admission = Admission(
@@ -114,6 +118,7 @@ class Broker:
         await self.topics.start()
         await self.logs.start()
         self.groups = await self._start_groups()
+        self._start_transactions()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self),
@@ -133,6 +138,15 @@ class Broker:
         self.cluster.add_listener(coordinator.drop_unowned)
         await coordinator.start()
         return coordinator
+
+    def _start_transactions(self) -> None:
+        """The transaction coordinator and the marker writer (docs/architecture.md)."""
+        self.txns = TxnCoordinator(
+            self.meta, self.cluster, self.producer_ids, self.config.transaction_max_timeout_ms
+        )
+        self.txns.start()
+        self.markers = MarkerWriter(self.meta, self.logs, self.cluster)
+        self.markers.start()
 
     async def _cluster_id(self) -> str:
         key = CLUSTER_ID_KEY
@@ -157,6 +171,10 @@ class Broker:
         if self.groups is not None:
             with contextlib.suppress(Exception):
                 await self.groups.stop()
+        for part in (self.txns, self.markers):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    await part.stop()
         await self.logs.stop()
         await self.topics.stop()
         await self.cluster.stop()

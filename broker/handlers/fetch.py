@@ -16,9 +16,11 @@ partitions of the request are served.
 Deviations: fetch sessions (v7+) are not kept: the response's session id is 0, which
 tells clients to keep sending full fetch requests (KIP-227's sessionless mode). The
 client's current leader epoch is not checked (owners change only through the metadata
-store's fencing, docs/architecture.md, ownership). There are no transactions, so the last
-stable offset is the
-high watermark and there are never aborted transactions. v13+ topics are named by id.
+store's fencing, docs/architecture.md, ownership). v13+ topics are named by id.
+
+``isolation_level=1`` (read_committed) returns whole batches below the last stable offset
+(``broker.txn_partition``) and the aborted transactions they overlap; read_uncommitted
+gets everything up to the high watermark and the LSO as last known to the owner.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 from broker.handlers.registry import Encoded, RequestContext
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
+from broker.txn_partition import cap_batches, loaded_state, state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.fetch_fast import (
     FetchPartitionData,
@@ -111,9 +114,21 @@ async def _collect(
                 continue
             records: list[Any] = []
             budget = min(w.max_bytes, max_bytes - total)
-            if w.offset < lg.hw and (budget > 0 or total == 0):
+            try:
+                txns = await state_of(ctx.broker.logs.meta, lg) if committed else loaded_state(lg)
+            except MetaStoreError as exc:
+                log.warning("fetch of %s-%d failed: %s", name, w.index, exc)
+                parts.append(
+                    FetchPartitionData(w.index, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR))
+                )
+                continue
+            lso = txns.lso(lg.hw) if txns is not None else lg.hw
+            upper = lso if committed else lg.hw
+            if w.offset < upper and (budget > 0 or total == 0):
                 try:
                     records = await ctx.broker.logs.read(lg, w.offset, max(budget, 1))
+                    if committed:
+                        records = cap_batches(records, upper)
                 except KafkaProtocolError as exc:  # no longer the owner
                     parts.append(FetchPartitionData(w.index, error_code=int(exc.code)))
                     continue
@@ -124,13 +139,16 @@ async def _collect(
                     )
                     continue
                 total += sum(len(r) for r in records)
+            aborted = None
+            if committed:
+                aborted = txns.aborted_between(w.offset, upper) if txns and records else []
             parts.append(
                 FetchPartitionData(
                     w.index,
                     high_watermark=lg.hw,
-                    last_stable_offset=lg.hw,
+                    last_stable_offset=lso,
                     log_start_offset=lg.log_start,
-                    aborted_transactions=[] if committed else None,
+                    aborted_transactions=aborted,
                     records=records,
                 )
             )

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.logs import LogManager
     from broker.topics import TopicManager
+    from broker.txn_coordinator import TxnCoordinator
     from groupcoord import GroupCoordinator
 
 Buffer = bytes | bytearray | memoryview
@@ -56,6 +57,8 @@ class BrokerContext(Protocol):
     def groups(self) -> GroupCoordinator | None: ...
     @property
     def producer_ids(self) -> ProducerIdSource: ...
+    @property
+    def txns(self) -> TxnCoordinator | None: ...
     @property
     def routes(self) -> Routes: ...
     @property

@@ -22,6 +22,7 @@ from broker.handlers import (
     produce,
     producer_ids,
     topics_admin,
+    transactions,
 )
 from broker.handlers.registry import ApiHandler as Route
 from protocol.apis import ApiKey
@@ -55,6 +56,12 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, configs.incremental_alter_configs),
         Route(ApiKey.OFFSET_DELETE, 0, 0, group_offsets.offset_delete),
         Route(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.describe_cluster),
+        Route(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, transactions.add_partitions_to_txn),
+        Route(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, transactions.add_offsets_to_txn),
+        Route(ApiKey.END_TXN, 0, 4, transactions.end_txn),
+        Route(ApiKey.TXN_OFFSET_COMMIT, 0, 3, transactions.txn_offset_commit),
+        Route(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, transactions.describe_transactions),
+        Route(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.list_transactions),
     )
     table: dict[int, Route] = {}
     for route in routes:
