@@ -151,6 +151,12 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         int,
         "committed offsets of empty groups expire after this (default 10080)",
     ),
+    (
+        "transaction-max-timeout-ms",
+        "transaction_max_timeout_ms",
+        int,
+        "largest transaction.timeout.ms a producer may ask for (default 900000)",
+    ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
 ]
 
