@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from broker import faults
 from broker.cluster import rendezvous
@@ -77,7 +77,7 @@ class TxnCoordinator:
         self.cluster = cluster
         self.producer_ids = producer_ids
         self.max_timeout_ms = max_timeout_ms
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, list[Any]] = {}  # id -> [lock, holders and waiters]
         self._completing: dict[str, asyncio.Task[bool]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -116,11 +116,21 @@ class TxnCoordinator:
         )
         return Stored(rec, res.revision) if res.succeeded else None
 
-    def _lock(self, txn_id: str) -> asyncio.Lock:
-        lock = self._locks.get(txn_id)
-        if lock is None:
-            lock = self._locks[txn_id] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _lock(self, txn_id: str) -> AsyncIterator[None]:
+        """Serialise this broker's requests for one id (the store's compare-and-set
+        serialises brokers); the lock is dropped once nobody holds or waits for it."""
+        entry = self._locks.get(txn_id)
+        if entry is None:
+            entry = self._locks[txn_id] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self._locks.pop(txn_id, None)
 
     async def _apply(self, txn_id: str, decide: object) -> tuple[Decision, Stored]:
         """Load, decide, compare-and-set; again on a conflict (another broker wrote)."""

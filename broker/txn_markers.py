@@ -11,7 +11,8 @@ transaction and, for an abort, adds the aborted-transaction entry. A request for
 producer with no open transaction here (nothing was produced, or the marker was already
 written by a previous owner) is only deleted. Requests are looked for again on every
 membership change and every ``RESCAN_S``, so a partition taken over by another broker
-gets its pending markers from the new owner.
+gets its pending markers from the new owner. The same scan drops aborted-transaction
+entries that retention or DeleteRecords left wholly below the log start.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from broker.meta.schema import (
     txn_marker_target,
 )
 from broker.partition import AppendError, PartitionLog
-from broker.txn_partition import state_of
+from broker.txn_partition import loaded_state, state_of
 from protocol.batch import read_header
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.records import build_batch
@@ -111,6 +112,7 @@ class MarkerWriter:
     async def scan_once(self) -> None:
         if not self.cluster.lease_valid():
             return
+        await self.prune_aborted()
         for kv in await self.meta.range(TXN_MARKERS_PREFIX):
             target = txn_marker_target(kv.key)
             if target is None or kv.key in self._busy:
@@ -125,6 +127,23 @@ class MarkerWriter:
             task = asyncio.create_task(self._write(kv, topic, partition))
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._done, key=kv.key))
+
+    async def prune_aborted(self) -> None:
+        """Drop aborted-transaction entries wholly below a partition's log start
+        (retention or DeleteRecords removed every record they cover)."""
+        for lg in list(self.logs.logs.values()):
+            st = loaded_state(lg)
+            if st is None or not st.aborted or st.aborted[0][0] >= lg.log_start:
+                continue
+            gone = [last for last, _pid, _first in st.aborted if last < lg.log_start]
+            ops: list[Op] = [Delete(aborted_txn_key(lg.topic, lg.partition, x)) for x in gone]
+            guard = Compare(owner_key(lg.topic, lg.partition), "value", "==", lg.owner_value)
+            step = max(1, self.meta.max_txn_ops - 1)
+            for i in range(0, len(ops), step):
+                if not (await self.meta.txn([guard], ops[i : i + step])).succeeded:
+                    break
+            else:
+                st.forget_below(lg.log_start)
 
     def topic_gone(self, topic: str, partition: int) -> bool:
         info = self.logs.topics.get(topic)

@@ -161,3 +161,46 @@ def test_errors_and_bad_input(txn_broker: BrokerProcess) -> None:  # noqa: F811
         assert (part.high_watermark, part.last_stable_offset) == (2, 2)  # data + abort marker
         assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
         assert describe(c, tid).transaction_state == "Empty"
+
+
+def test_aborted_index_dropped_below_log_start(txn_broker: BrokerProcess) -> None:  # noqa: F811
+    import asyncio
+
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from broker.meta.base import open_meta
+    from broker.meta.schema import partition_txn_prefix
+
+    topic = unique_topic("txn-prune")
+    create_topic(txn_broker.bootstrap, topic, 1)
+    tid = f"prune-{uuid.uuid4().hex[:6]}"
+
+    def aborted_keys() -> list[str]:
+        async def read() -> list[str]:
+            meta = open_meta("embedded", data_dir=str(txn_broker.workdir / "data"), read_only=True)
+            try:
+                return [kv.key for kv in await meta.range(partition_txn_prefix(topic, 0))]
+            finally:
+                await meta.close()
+
+        return asyncio.run(read())
+
+    with RawConn(txn_broker.port) as c:
+        r = init(c, tid)
+        pid = r.producer_id
+        assert add(c, tid, pid, 0, [(topic, [0])]) == {(topic, 0): 0}
+        assert produce(c, tid, topic, txn_batch(pid, 0, 0)) == (0, 0)
+        assert end(c, tid, pid, 0, False) == 0  # aborted: marker at offset 1
+        assert produce(c, None, topic, build_batch([(b"k", b"plain", None)])) == (0, 2)
+        part = fetch(c, topic, 1)
+        assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
+    assert len(aborted_keys()) == 1
+    admin = AdminClient({"bootstrap.servers": txn_broker.bootstrap})
+    futs = admin.delete_records([TopicPartition(topic, 0, 2)])
+    for f in futs.values():
+        f.result(20)
+    deadline = time.monotonic() + 20
+    while aborted_keys() and time.monotonic() < deadline:  # the owner's next scan
+        time.sleep(0.3)
+    assert aborted_keys() == []
