@@ -91,3 +91,34 @@ def test_broker_killed_mid_commit(
         assert sorted(v for _, _, v in got) == sorted(f"r{i}".encode() for i in range(RECORDS))
         everything = consume_all(bootstrap, topic, PARTITIONS, "read_uncommitted", RECORDS)
         assert len(everything) == RECORDS  # no record written twice
+
+
+def test_owner_and_coordinator_killed_with_transaction_open(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """kill -9 of the broker that coordinates the transaction and owns partition 0 while
+    the transaction is open: the new owner loads the open transaction from the metadata
+    store (read_committed stays held), the new coordinator accepts the commit."""
+    backend = make_backend(request, "s3", tmp_path)
+    victim = 2
+    with running(ZCluster(tmp_path, backend)) as c:
+        for n in NODES:
+            c.start(n)
+        live = [n for n in NODES if n != victim]
+        bootstrap = ",".join(c.brokers[n].bootstrap for n in live)
+        topic = topic_owned_by(unique_topic("txn-open-kill"), victim, NODES)
+        create_topic(bootstrap, topic, PARTITIONS)
+        tid = txn_id_coordinated_by(victim, NODES)
+        p = txn_producer(",".join(b.bootstrap for b in c.brokers.values()), tid)
+        p.begin_transaction()
+        for i in range(RECORDS):
+            p.produce(topic, value=f"r{i}".encode(), partition=i % PARTITIONS)
+        p.flush(30)
+        c.brokers[victim].kill9()
+        # partition 0 moves to a live broker, which must still hold read_committed
+        assert consume_all(bootstrap, topic, PARTITIONS, "read_committed", 0) == []
+        out: dict[str, Any] = {}
+        commit_retrying(p, out)
+        assert out.get("ok"), out
+        got = consume_all(bootstrap, topic, PARTITIONS, "read_committed", RECORDS)
+        assert sorted(v for _, _, v in got) == sorted(f"r{i}".encode() for i in range(RECORDS))
