@@ -36,9 +36,12 @@ from tests.integration.test_transactions import txn_broker  # noqa: F401
 pytestmark = pytest.mark.integration
 
 
-def init(c: RawConn, tid: str, timeout_ms: int = 60_000) -> Any:
+def init(c: RawConn, tid: str, timeout_ms: int = 60_000, pid: int = -1, epoch: int = -1) -> Any:
     req = InitProducerIdRequest(
-        transactional_id=tid, transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1
+        transactional_id=tid,
+        transaction_timeout_ms=timeout_ms,
+        producer_id=pid,
+        producer_epoch=epoch,
     )
     return c.call(req, InitProducerIdResponse, 4)
 
@@ -161,6 +164,12 @@ def test_errors_and_bad_input(txn_broker: BrokerProcess) -> None:  # noqa: F811
         assert (part.high_watermark, part.last_stable_offset) == (2, 2)  # data + abort marker
         assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
         assert describe(c, tid).transaction_state == "Empty"
+        # KIP-360: the producer names its id and epoch; a lost answer's retry gets the same
+        bumped = init(c, tid, pid=pid, epoch=2)
+        assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, pid, 3)
+        again = init(c, tid, pid=pid, epoch=2)
+        assert (again.error_code, again.producer_epoch) == (0, 3)
+        assert init(c, tid, pid=pid, epoch=0).error_code == E.PRODUCER_FENCED
 
 
 def test_aborted_index_dropped_below_log_start(txn_broker: BrokerProcess) -> None:  # noqa: F811
