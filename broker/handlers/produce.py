@@ -227,7 +227,11 @@ async def produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
         for t in request.topics:
             info, err = await _topic(ctx, t.name)
             tid = request.transactional_id
-            outs = [await _partition(ctx, t.name, info, err, p, tid) for p in t.partitions]
+            if tid is None:
+                outs = [await _partition(ctx, t.name, info, err, p) for p in t.partitions]
+            else:  # admissions wait on the metadata store: partitions side by side
+                parts = [_partition(ctx, t.name, info, err, p, tid) for p in t.partitions]
+                outs = list(await asyncio.gather(*parts))
             results.append((t.name, outs))
     if request.acks == 0:
         return _silently(results)
