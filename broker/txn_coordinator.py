@@ -310,14 +310,18 @@ class TxnCoordinator:
 
     # -- timeouts and takeover ----------------------------------------------------------
     async def _check_loop(self) -> None:
+        failing = False
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), CHECK_INTERVAL_S)
             self._wake.clear()
             try:
                 await self.check_once()
+                failing = False
             except Exception as exc:  # noqa: BLE001 - store trouble: next round
-                log.warning("transaction check failed: %r", exc)
+                level = logging.DEBUG if failing else logging.WARNING  # once per outage
+                log.log(level, "transaction check failed: %r", exc)
+                failing = True
 
     async def check_once(self) -> None:
         """Abort timed-out transactions and finish prepared ones this broker coordinates

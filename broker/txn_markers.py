@@ -100,14 +100,20 @@ class MarkerWriter:
             await asyncio.sleep(0.5)  # back-off before re-watching a failing store
 
     async def _loop(self) -> None:
+        failing = False
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), RESCAN_S)
             self._wake.clear()
             try:
                 await self.scan_once()
+                failing = False
             except Exception as exc:  # noqa: BLE001 - store trouble: next round
-                log.warning("marker scan failed: %r", exc)
+                # once per outage at WARNING, then quietly until a scan succeeds
+                log.log(
+                    logging.DEBUG if failing else logging.WARNING, "marker scan failed: %r", exc
+                )
+                failing = True
 
     async def scan_once(self) -> None:
         if not self.cluster.lease_valid():
