@@ -170,7 +170,12 @@ class MarkerWriter:
         st = await state_of(self.meta, lg)
         async with st.lock:
             current = st.open.get(req.producer_id)
-            if current is not None and current.producer_epoch <= req.producer_epoch:
+            guard = Compare(owner_key(topic, partition), "value", "==", lg.owner_value)
+            if current is not None and current.producer_epoch > req.producer_epoch:
+                # a request older than the producer's open transaction: never write it
+                await self.meta.txn([guard], [Delete(kv.key)])
+                return
+            if current is not None:
                 offset = await self._append_marker(lg, req)
                 st.open.pop(req.producer_id, None)
                 entry = None if req.commit else AbortedTxn(req.producer_id, current.first, offset)
@@ -186,7 +191,6 @@ class MarkerWriter:
             entry = st.closed.get(req.producer_id)
             if entry is not None and not req.commit:
                 ops.append(Put(aborted_txn_key(topic, partition, entry.last), entry.to_json()))
-            guard = Compare(owner_key(topic, partition), "value", "==", lg.owner_value)
             res = await self.meta.txn([guard], ops)
             if not res.succeeded:
                 log.info("marker for %s-%d left to the new owner", topic, partition)

@@ -13,6 +13,7 @@ build and parse metadata keys and values here and nowhere else.
     /groups/{group, quoted}/state          -> groupcoord.GroupRecord
     /groups/{group, quoted}/offsets/{t}/{p}-> groupcoord.OffsetRecord
     /producers/next-id                     -> next free producer id (decimal)
+    /txn/..., /txn-markers/..., /logs/{t}/{p}/txn/...  -> transactions (section below)
 """
 
 from __future__ import annotations
