@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtualenv in .venv with the locked dependencies and the project.
 # Usage: scripts/setup.sh [--test]   (--test adds the system packages the tests start:
-# etcd, kcat, Java for Spark, javac for the Java client test, Node for kafkajs, and
-# .venv-quix: Quix Streams in a virtualenv of its own, as it pins another confluent-kafka)
+# etcd, kcat, Java for Spark, Node for kafkajs, and .venv-quix for the Quix Streams test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -13,7 +12,7 @@ if [ "${1:-}" = "--test" ]; then
   command -v etcdctl >/dev/null || need+=(etcd-client)
   command -v kcat >/dev/null || need+=(kcat)
   command -v java >/dev/null || need+=(openjdk-17-jre-headless)
-  command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+  command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)  # the Java client test
   command -v node >/dev/null || need+=(nodejs)
   command -v npm >/dev/null || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then
@@ -35,15 +34,17 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.kafscale-lock-* && touch "$stamp"
 fi
 
-if [ "${1:-}" = "--test" ] && [ -f tests/integration/js/package.json ]; then
-  (cd tests/integration/js && { [ -d node_modules ] || npm ci --silent --no-audit --no-fund; })
+# Quix Streams (the compaction test's stateful app) pins confluent-kafka below the
+# project's version: it gets a virtualenv of its own, .venv-quix
+if [ "${1:-}" = "--test" ] && [ -f tests/integration/quix/requirements.lock ]; then
+  qstamp=.venv-quix/.lock-$(sha256sum tests/integration/quix/requirements.lock | cut -c1-16)
+  if [ ! -f "$qstamp" ]; then
+    [ -x .venv-quix/bin/python ] || "$PY" -m venv .venv-quix
+    .venv-quix/bin/python -m pip install -q -r tests/integration/quix/requirements.lock
+    rm -f .venv-quix/.lock-* && touch "$qstamp"
+  fi
 fi
 
-if [ "${1:-}" = "--test" ] && [ -f tests/integration/quix/requirements.lock ]; then
-  [ -x .venv-quix/bin/python ] || "$PY" -m venv .venv-quix
-  qstamp=.venv-quix/.kafscale-lock-$(sha256sum < tests/integration/quix/requirements.lock | cut -c1-16)
-  if [ ! -f "$qstamp" ]; then
-    .venv-quix/bin/python -m pip install -q -r tests/integration/quix/requirements.lock
-    rm -f .venv-quix/.kafscale-lock-* && touch "$qstamp"
-  fi
+if [ "${1:-}" = "--test" ] && [ -f tests/integration/js/package.json ]; then
+  (cd tests/integration/js && { [ -d node_modules ] || npm ci --silent --no-audit --no-fund; })
 fi
