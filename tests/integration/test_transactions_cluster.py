@@ -8,8 +8,9 @@ broker at a fault checkpoint (docs/architecture.md, "Transactions"):
   (``txn.before_marker_commit``): the partition's new owner finds the open transaction
   and the marker request in the metadata store and writes the marker.
 
-Either way the transaction ends committed on every partition, and read_committed
-consumers see each record exactly once.
+Either way the transaction ends as decided (committed, or aborted in the abort case) on
+every partition, and read_committed consumers see each committed record exactly once and
+no aborted one.
 """
 
 from __future__ import annotations
@@ -43,13 +44,17 @@ def txn_id_coordinated_by(node: int, nodes: list[int]) -> str:
     raise AssertionError("no such transactional id")
 
 
-def commit_retrying(p: Any, out: dict[str, Any]) -> None:
-    """commit_transaction, again while the error is retriable (the coordinator died)."""
+def commit_retrying(p: Any, out: dict[str, Any], commit: bool = True) -> None:
+    """commit_transaction (or abort_transaction), again while the error is retriable (the
+    coordinator died)."""
     from confluent_kafka import KafkaException
 
     for _ in range(10):
         try:
-            p.commit_transaction(60)
+            if commit:
+                p.commit_transaction(60)
+            else:
+                p.abort_transaction(60)
             out["ok"] = True
             return
         except KafkaException as exc:
@@ -59,11 +64,20 @@ def commit_retrying(p: Any, out: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("point", "victim", "coordinator"),
-    [("txn.after_prepare", 3, 3), ("txn.before_marker_commit", 3, 1)],
+    ("point", "victim", "coordinator", "commit"),
+    [
+        ("txn.after_prepare", 3, 3, True),
+        ("txn.before_marker_commit", 3, 1, True),
+        ("txn.after_prepare", 3, 3, False),
+    ],
 )
 def test_broker_killed_mid_commit(
-    request: pytest.FixtureRequest, tmp_path: Path, point: str, victim: int, coordinator: int
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    point: str,
+    victim: int,
+    coordinator: int,
+    commit: bool,
 ) -> None:
     backend = make_backend(request, "s3", tmp_path)
     with running(ZCluster(tmp_path, backend)) as c:
@@ -80,15 +94,16 @@ def test_broker_killed_mid_commit(
             p.produce(topic, value=f"r{i}".encode(), partition=i % PARTITIONS)
         p.flush(30)
         out: dict[str, Any] = {}
-        t = threading.Thread(target=commit_retrying, args=(p, out), daemon=True)
+        t = threading.Thread(target=commit_retrying, args=(p, out, commit), daemon=True)
         t.start()
         c.wait_frozen_at_checkpoint(victim, point)
         c.brokers[victim].kill9()
         c.frozen.discard(victim)
         t.join(120)
         assert out.get("ok"), out
-        got = consume_all(bootstrap, topic, PARTITIONS, "read_committed", RECORDS)
-        assert sorted(v for _, _, v in got) == sorted(f"r{i}".encode() for i in range(RECORDS))
+        got = consume_all(bootstrap, topic, PARTITIONS, "read_committed", RECORDS if commit else 0)
+        want = sorted(f"r{i}".encode() for i in range(RECORDS)) if commit else []
+        assert sorted(v for _, _, v in got) == want
         everything = consume_all(bootstrap, topic, PARTITIONS, "read_uncommitted", RECORDS)
         assert len(everything) == RECORDS  # no record written twice
 
