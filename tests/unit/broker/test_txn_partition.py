@@ -55,3 +55,25 @@ def test_control_batch_layout() -> None:
     assert batch_kind(hdr, memoryview(raw)) == "COMMIT"
     abort = control_batch(MarkerRequest(42, 3, commit=False))
     assert batch_kind(read_header(abort), memoryview(abort)) == "ABORT"
+
+
+def test_compaction_respects_transactions() -> None:
+    from broker.meta.schema import SegmentMeta
+    from broker.txn_compaction import aborted_batch, cleanable_below_lso
+
+    segs = [SegmentMeta(b, b + 9, 1, 10, 0, "") for b in (0, 10, 20)]
+    assert cleanable_below_lso(segs, 3, 100) == 3
+    assert cleanable_below_lso(segs, 3, 15) == 1  # the segment holding offset 15 waits
+    assert cleanable_below_lso(segs, 2, 30) == 2
+    st = PartitionTxns()
+    st.add_aborted(AbortedTxn(7, 10, 14))
+    data = bytearray(build_batch([(b"k", b"v", None)], producer_id=7, producer_epoch=0,
+                                 base_sequence=0, transactional=True))  # fmt: skip
+    set_base_offset(data, 12)
+    assert aborted_batch(st, read_header(data))
+    set_base_offset(data, 15)
+    assert not aborted_batch(st, read_header(data))
+    assert not aborted_batch(None, read_header(data))
+    marker = bytearray(control_batch(MarkerRequest(7, 0, commit=False)))
+    set_base_offset(marker, 14)
+    assert not aborted_batch(st, read_header(marker))  # markers are kept by their own rule
