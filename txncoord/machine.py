@@ -46,6 +46,15 @@ def _bumped(rec: TxnRecord) -> tuple[TxnRecord, bool]:
     ), False
 
 
+def _fencing(rec: TxnRecord) -> TxnRecord:
+    """``rec`` at the next epoch, to abort its transaction with markers that fence the
+    producer; at the epoch limit the same epoch (the markers must name this producer id;
+    the next InitProducerId then moves to a new id)."""
+    if rec.producer_epoch + 1 >= MAX_EPOCH - 1:
+        return rec
+    return rec.with_(producer_epoch=rec.producer_epoch + 1, last_producer_epoch=rec.producer_epoch)
+
+
 def init_producer(
     rec: TxnRecord | None,
     timeout_ms: int,
@@ -73,8 +82,7 @@ def init_producer(
         if rec.state == TxnState.EMPTY and producer_epoch == rec.last_producer_epoch:
             return Decision(record=rec)  # a retry whose answer was lost: same epoch again
     if rec.state == TxnState.ONGOING:  # fence the old instance: abort at a new epoch
-        bumped, _ = _bumped(rec)
-        aborting = bumped.with_(state=TxnState.PREPARE_ABORT, updated_ms=now_ms)
+        aborting = _fencing(rec).with_(state=TxnState.PREPARE_ABORT, updated_ms=now_ms)
         return Decision(ErrorCode.CONCURRENT_TRANSACTIONS, aborting)
     bumped, new_pid = _bumped(rec)
     ready = bumped.with_(
@@ -169,12 +177,7 @@ def timed_out(rec: TxnRecord, now_ms: int) -> Decision:
         return Decision()
     if now_ms - rec.started_ms <= rec.timeout_ms:
         return Decision()
-    bumped = rec
-    if rec.producer_epoch + 1 < MAX_EPOCH - 1:
-        bumped = rec.with_(
-            producer_epoch=rec.producer_epoch + 1, last_producer_epoch=rec.producer_epoch
-        )
-    return Decision(record=bumped.with_(state=TxnState.PREPARE_ABORT, updated_ms=now_ms))
+    return Decision(record=_fencing(rec).with_(state=TxnState.PREPARE_ABORT, updated_ms=now_ms))
 
 
 def completed(rec: TxnRecord, now_ms: int) -> TxnRecord:

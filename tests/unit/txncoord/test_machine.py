@@ -109,3 +109,14 @@ def test_record_json_round_trip() -> None:
     rec = m.add_groups(ongoing(), 7, 0, "g/1", 6).record
     assert rec is not None
     assert TxnRecord.from_json(rec.to_json()) == rec
+
+
+def test_fencing_at_the_epoch_limit_keeps_the_producer_id() -> None:
+    worn = ongoing().with_(producer_epoch=m.MAX_EPOCH - 2)
+    dec = m.init_producer(worn, 10_000, MAX, -1, -1, 9)
+    assert dec.record is not None and dec.record.state == TxnState.PREPARE_ABORT
+    # the abort markers must still name this producer at an epoch its batches carry
+    assert (dec.record.producer_id, dec.record.producer_epoch) == (7, m.MAX_EPOCH - 2)
+    done = m.completed(dec.record, 10)
+    nxt = m.init_producer(done, 10_000, MAX, -1, -1, 11)
+    assert nxt.new_producer_id and nxt.record is not None and nxt.record.producer_epoch == 0
