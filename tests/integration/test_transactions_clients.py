@@ -90,14 +90,16 @@ def test_aiokafka_transactions(txn_broker: BrokerProcess) -> None:  # noqa: F811
 
 
 def test_kafka_python_transactions(txn_broker: BrokerProcess) -> None:  # noqa: F811
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.structs import OffsetAndMetadata
 
     bootstrap = txn_broker.bootstrap
     topic = unique_topic("txn-kpy")
     create_topic(bootstrap, topic, 2)
     group = f"kpy-{uuid.uuid4().hex[:6]}"
-    p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kpy-{group}")
+    tid = f"kpy-{group}"
+    p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         p.init_transactions()
         for tag, commit in (("kpy-c1", True), ("kpy-a1", False), ("kpy-c2", True)):
@@ -111,12 +113,21 @@ def test_kafka_python_transactions(txn_broker: BrokerProcess) -> None:  # noqa: 
                     TopicPartition(topic, 1): OffsetAndMetadata(6, "", -1),
                 }
                 p.send_offsets_to_transaction(offsets, group)
+                # the admin API sees it ongoing, with its partitions (and lists it)
+                (desc,) = admin.describe_transactions([tid]).values()
+                assert desc.state.value == "Ongoing"
+                assert desc.topic_partitions == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+                listed = [t for ts in admin.list_transactions().values() for t in ts]
+                assert tid in {t.transactional_id for t in listed}
             if commit:
                 p.commit_transaction()
             else:
                 p.abort_transaction()
+        (desc,) = admin.describe_transactions([tid]).values()
+        assert desc.state.value == "CompleteCommit"
     finally:
         p.close(timeout=10)
+        admin.close()
     c = KafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=group,
