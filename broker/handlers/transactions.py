@@ -11,12 +11,13 @@ Supported versions:
   the rest of the request OPERATION_NOT_ATTEMPTED, as in Kafka.
 - AddOffsetsToTxn (25) v0-3, EndTxn (26) v0-4, TxnOffsetCommit (28) v0-3: transactions
   version 1 (EndTxn v5 and the KIP-890 epoch bump per transaction are not served).
+  TxnOffsetCommit v3 checks the member id and generation it names against the group
+  (KIP-447: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID).
 - DescribeTransactions (65) v0, ListTransactions (66) v0-1 (v1 duration filter).
 
 Deviations: EndTxn answers once the markers are written (up to 15 s; Kafka answers once
 the decision is durable and writes markers afterwards): the next transaction never
-meets CONCURRENT_TRANSACTIONS. TxnOffsetCommit v3's generation and member id are not
-checked against the group (the producer epoch fences zombies). A transactional id this
+meets CONCURRENT_TRANSACTIONS. A transactional id this
 broker does not coordinate gets NOT_COORDINATOR; metadata-store failures answer
 COORDINATOR_NOT_AVAILABLE (retriable).
 """
@@ -40,7 +41,7 @@ from kafka.protocol.producer.transaction import (
     TxnOffsetCommitResponse,
 )
 
-from broker.handlers.groups import group_error
+from broker.handlers.groups import coordinator, group_error
 from broker.handlers.registry import Handler, RequestContext
 from broker.txn_coordinator import TxnCoordinator, now_ms
 from groupcoord import OffsetRecord
@@ -232,9 +233,18 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         err = ErrorCode.COORDINATOR_NOT_AVAILABLE
     if err is not None or txns is None:
         return _offsets_response(request, _offset_keys(request, err or ErrorCode.NONE))
+    version = ctx.header.api_version
+    if version >= 3:  # KIP-447: only the group's current member may commit
+        err = await coordinator(ctx).check_txn_member(
+            request.group_id,
+            request.generation_id,
+            request.member_id or "",
+            request.group_instance_id,
+        )
+        if err != ErrorCode.NONE:
+            return _offsets_response(request, _offset_keys(request, err))
     errors: dict[tuple[str, int], ErrorCode] = {}
     rows: list[tuple[str, int, bytes]] = []
-    version = ctx.header.api_version
     stamp = now_ms()
     for t in request.topics or []:
         info = ctx.broker.topics.get(t.name)

@@ -164,6 +164,52 @@ def test_send_offsets_visible_on_commit_only(txn_broker: BrokerProcess) -> None:
         c.close()
 
 
+def test_send_offsets_of_a_group_member(txn_broker: BrokerProcess) -> None:
+    """Consume-transform-produce as an application runs it: the consumer's group metadata
+    (member id, generation) goes with the offsets and is checked (KIP-447)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    bootstrap = txn_broker.bootstrap
+    src, dst = unique_topic("txn-ctp-in"), unique_topic("txn-ctp-out")
+    create_topic(bootstrap, src, 1)
+    create_topic(bootstrap, dst, 1)
+    seed = txn_producer(bootstrap, f"seed-{uuid.uuid4().hex[:6]}")
+    produce_txn(seed, src, 1, "in", 10)
+    seed.commit_transaction(TIMEOUT)
+    group = f"ctp-{uuid.uuid4().hex[:6]}"
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        c.subscribe([src])
+        got: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 10 and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+        assert len(got) == 10
+        p = txn_producer(bootstrap, f"ctp-{uuid.uuid4().hex[:6]}")
+        p.begin_transaction()
+        for m in got:
+            p.produce(dst, m.value().upper(), partition=0)
+        meta = c.consumer_group_metadata()  # a real member id and generation
+        p.send_offsets_to_transaction([TopicPartition(src, 0, got[-1].offset() + 1)], meta, TIMEOUT)
+        p.commit_transaction(TIMEOUT)
+        (tp,) = c.committed([TopicPartition(src, 0)], TIMEOUT)
+        assert tp.offset == got[-1].offset() + 1
+    finally:
+        c.close()
+    out = consume_all(bootstrap, dst, 1, "read_committed", 10)
+    assert values(out) == {f"IN-{i}".encode() for i in range(10)}
+
+
 def test_zombie_fenced_by_new_instance(txn_broker: BrokerProcess) -> None:
     from confluent_kafka import KafkaException
 

@@ -213,3 +213,41 @@ def test_aborted_index_dropped_below_log_start(txn_broker: BrokerProcess) -> Non
     while aborted_keys() and time.monotonic() < deadline:  # the owner's next scan
         time.sleep(0.3)
     assert aborted_keys() == []
+
+
+def test_txn_offset_commit_checks_the_member(txn_broker: BrokerProcess) -> None:  # noqa: F811
+    from kafka.protocol.producer.transaction import (
+        AddOffsetsToTxnRequest,
+        AddOffsetsToTxnResponse,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
+    )
+
+    topic = unique_topic("txn-member")
+    create_topic(txn_broker.bootstrap, topic, 1)
+    tid, group = f"member-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    with RawConn(txn_broker.port) as c:
+        r = init(c, tid)
+        pid = r.producer_id
+        req = AddOffsetsToTxnRequest(
+            transactional_id=tid, producer_id=pid, producer_epoch=0, group_id=group
+        )
+        assert c.call(req, AddOffsetsToTxnResponse, 3).error_code == 0
+
+        def commit(generation: int, member: str) -> int:
+            req = TxnOffsetCommitRequest(
+                transactional_id=tid,
+                group_id=group,
+                producer_id=pid,
+                producer_epoch=0,
+                generation_id=generation,
+                member_id=member,
+                group_instance_id=None,
+                topics=[(topic, [(0, 5, -1, "")])],
+            )
+            res = c.call(req, TxnOffsetCommitResponse, 3)
+            return int(res.topics[0].partitions[0].error_code)
+
+        assert commit(4, "ghost") == E.ILLEGAL_GENERATION  # no such group generation
+        assert commit(-1, "") == 0  # a producer without consumer metadata: not checked
+        assert end(c, tid, pid, 0, True) == 0
