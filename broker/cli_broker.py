@@ -214,6 +214,12 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         migration_policy,
         "classic/consumer group conversion: disabled, upgrade, downgrade, bidirectional",
     ),
+    (
+        "transaction-max-timeout-ms",
+        "transaction_max_timeout_ms",
+        int,
+        "largest transaction.timeout.ms a producer may ask for (default 900000)",
+    ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
     ("log-format", "", str, "text (default) or json: one JSON object per line"),
     (
