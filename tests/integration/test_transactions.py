@@ -259,6 +259,53 @@ def test_coordinator_aborts_timed_out_transaction(txn_broker: BrokerProcess) -> 
     assert len(consume_all(bootstrap, topic, 1, "read_uncommitted", 5)) == 5
 
 
-def test_logs_clean(txn_broker: BrokerProcess, tmp_path: Path) -> None:
+def test_concurrent_transactional_producers(txn_broker: BrokerProcess) -> None:
+    """Eight producers interleave transactions on the same partitions (every third one
+    aborted): read_committed sees exactly the committed records, once each."""
+    import threading
+
+    bootstrap = txn_broker.bootstrap
+    topic = unique_topic("txn-many")
+    create_topic(bootstrap, topic, 4)
+    errors: list[str] = []
+
+    def worker(w: int) -> None:
+        try:
+            p = txn_producer(bootstrap, f"many-{w}-{uuid.uuid4().hex[:4]}")
+            for t in range(12):
+                produce_txn_offset(p, topic, w, t)
+                if t % 3 == 2:
+                    p.abort_transaction(TIMEOUT)
+                else:
+                    p.commit_transaction(TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors
+    want = {
+        f"{w}-{t}-{i}".encode()
+        for w in range(8)
+        for t in range(12)
+        if t % 3 != 2
+        for i in range(10)
+    }
+    got = consume_all(bootstrap, topic, 4, "read_committed", len(want))
+    assert len(got) == len(want) and values(got) == want
+    assert len(consume_all(bootstrap, topic, 4, "read_uncommitted", 8 * 12 * 10)) == 8 * 12 * 10
+
+
+def produce_txn_offset(p: Any, topic: str, w: int, t: int) -> None:
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, f"{w}-{t}-{i}".encode(), partition=(w + i) % 4)
+    p.flush(TIMEOUT)
+
+
+def test_zz_logs_clean(txn_broker: BrokerProcess, tmp_path: Path) -> None:
     text = txn_broker.log_text()
     assert "Traceback" not in text, text[-4000:]
