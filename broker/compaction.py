@@ -49,8 +49,8 @@ from broker.compaction_policy import (
 from broker.meta.base import Delete, Put
 from broker.meta.schema import seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
-from broker.txn_partition import state_of
-from protocol.batch import BatchHeader
+from broker.txn_compaction import aborted_batch, cleanable_below_lso
+from broker.txn_partition import PartitionTxns, state_of
 from protocol.compaction import record_columns
 from segments.format import build_segment, index_key_for, iter_segment_batches, partition_prefix
 from segments.store import Buffer
@@ -109,16 +109,8 @@ class _Pass:
     written: list[tuple[list[SegmentMeta], SegmentMeta]] = field(default_factory=list)
 
 
-def _aborted(hdr: BatchHeader, aborted: Sequence[tuple[int, int, int]]) -> bool:
-    """Whether a transactional batch belongs to an aborted transaction (``aborted``:
-    (abort marker offset, producer id, first offset), the partition's index)."""
-    return hdr.is_transactional and any(
-        pid == hdr.producer_id and first <= hdr.base_offset <= last for last, pid, first in aborted
-    )
-
-
 def _map_segment(
-    data: Buffer, keys: KeyMap, first: bool, aborted: Sequence[tuple[int, int, int]] = ()
+    data: Buffer, keys: KeyMap, first: bool, txns: PartitionTxns | None = None
 ) -> bool:
     """Add the keys of one segment to ``keys``, batch by batch; False when the map filled
     up before the segment's end (the first segment of a pass is always mapped whole, so
@@ -128,7 +120,7 @@ def _map_segment(
     for _pos, hdr, view in iter_segment_batches(data):
         if hdr.is_control or hdr.record_count == 0:
             continue
-        if aborted and _aborted(hdr, aborted):
+        if aborted_batch(txns, hdr):
             continue
         if not first and not keys.room_for(hdr.record_count):
             return False
@@ -169,9 +161,7 @@ class Compactor:
         until it ends, since its outcome decides which record of a key is the latest."""
         state = dirty_state(segs, now_ms, cfg)
         lso = (await state_of(self.logs.meta, lg)).lso(lg.hw)
-        end = state.end
-        while end > state.clean and segs[end - 1].last >= lso:
-            end -= 1
+        end = max(state.clean, cleanable_below_lso(segs, state.end, lso))
         if end == state.end:
             return state
         return dirty_state(segs[:end], now_ms, cfg)
@@ -203,14 +193,14 @@ class Compactor:
         if not segs:
             return False
         state = await self._stable_state(lg, segs, now_ms, cfg)
-        txns = await state_of(self.logs.meta, lg)
-        aborted = list(txns.aborted)
+        # the aborted-transaction index as the pass starts (read from worker threads)
+        txns = PartitionTxns(aborted=list((await state_of(self.logs.meta, lg)).aborted))
         throttle = Throttle(self.config.compaction_max_bytes_per_sec)
         keys = KeyMap(self.config.compaction_buffer_bytes)
         end = state.clean
         for i in range(state.clean, state.end):  # 1. the key map
             data = await self._read(lg, segs[i], throttle)
-            if not await asyncio.to_thread(_map_segment, data, keys, i == state.clean, aborted):
+            if not await asyncio.to_thread(_map_segment, data, keys, i == state.clean, txns):
                 break  # the map is full: the rest waits for the next pass
             end = i + 1
         if end == state.clean and not expired_tombstones(
@@ -218,6 +208,8 @@ class Compactor:
         ):
             return False
         filt = RecordFilter(keys, now_ms, cfg.delete_retention_ms, log_end=segs[-1].last + 1)
+        # aborted transactions' batches stay whole, like their markers (broker/txn_compaction.py)
+        filt.batch_rules.append(lambda hdr: True if aborted_batch(txns, hdr) else None)
         pass_ = _Pass(lg, filt, cfg.codec, lg.producers.last_bases(), now_ms, throttle)
         try:
             committed = await self._rewrite(pass_, segs[:end])
