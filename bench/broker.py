@@ -28,14 +28,18 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.broker_plot import plot
 from bench.broker_report import format_table
-from bench.broker_run import FULL, QUICK, Plan, run_targets
+from bench.broker_run import FULL, QUICK, Plan, run_targets, warm_up
+from bench.broker_sweep import format_sweep, run_partition_sweep, run_sweep
 from bench.broker_targets import (
     MIB,
     TARGETS,
     BrokerLimits,
     Target,
+    base_target,
     broker_target,
+    etcd_target,
     mock_target,
     s3_target,
 )
@@ -45,7 +49,10 @@ from bench.broker_workers import worker_main
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.broker", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="~1 minute run (smaller volumes)")
-    p.add_argument("--targets", default="local,s3,mock", help="subset of local,noval,s3,mock")
+    p.add_argument("--targets", default="local,s3,mock",
+                   help="subset of base,local,noval,etcd,workers,s3,mock")  # fmt: skip
+    p.add_argument("--workers", type=int, default=2,
+                   help="processes of the 'workers' target (etcd, local store)")  # fmt: skip
     p.add_argument("--messages", type=int, help="messages per full-speed run")
     p.add_argument("--rounds", type=int, help="rounds (median kept); default 1 quick, 3 full")
     p.add_argument("--partitions", type=int, help="partitions per topic (default 1)")
@@ -64,6 +71,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--s3-arg", action="append", default=[], help="extra flag, S3 only")
     p.add_argument("--json", type=Path, help="also write the raw results here")
     p.add_argument(
+        "--sweep",
+        metavar="RATES",
+        help="instead: produce at these offered msg/s (comma list, 0 = full speed)",
+    )
+    p.add_argument("--base-tree", type=Path,
+                   help="source tree of the 'base' target (the local broker before)")  # fmt: skip
+    p.add_argument("--partition-sweep", metavar="COUNTS",
+                   help="instead: idempotent produce over N partitions (comma list)")  # fmt: skip
+    p.add_argument("--sweep-seconds", type=float, default=3.0, help="seconds per sweep rate")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="with --sweep: draw it here")
+    p.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -78,6 +96,15 @@ def _open_target(
 ) -> Target:  # fmt: skip
     if name == "mock":
         return stack.enter_context(mock_target())
+    if name == "base":
+        if args.base_tree is None:
+            raise SystemExit("target 'base' needs --base-tree PATH")
+        extra = [*args.broker_arg, *args.local_arg]
+        return stack.enter_context(base_target(workdir / name, args.base_tree, limits, extra))
+    if name in ("etcd", "workers"):
+        workers = args.workers if name == "workers" else 1
+        extra = [*args.broker_arg, *args.local_arg]
+        return stack.enter_context(etcd_target(name, workdir / name, limits, extra, workers))
     if name == "s3":
         return stack.enter_context(
             s3_target(workdir / "s3", limits, [*args.broker_arg, *args.s3_arg])
@@ -109,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with contextlib.ExitStack() as stack:
             targets = [_open_target(n, stack, workdir, limits, args) for n in names]
+            if args.sweep:
+                return _sweep(targets, plan, args)
+            if args.partition_sweep:
+                counts = [int(c) for c in args.partition_sweep.split(",")]
+                sweep = run_partition_sweep(targets, counts, plan.messages)
+                if args.json is not None:
+                    args.json.write_text(json.dumps({"partition_sweep": sweep}, indent=1))
+                return 0
             results = run_targets(targets, plan, rounds, args.py_spy)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -116,6 +151,25 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results, plan))
     if args.json is not None:
         args.json.write_text(json.dumps({"plan": plan.__repr__(), "results": results}, indent=1))
+    return 0
+
+
+def _sweep(targets: list[Target], plan: Plan, args: argparse.Namespace) -> int:
+    rates = [int(r) for r in args.sweep.split(",")]
+    for t in targets:
+        warm_up(t, plan)
+    sweep = run_sweep(targets, plan, rates, args.sweep_seconds)
+    print()
+    print(format_sweep(sweep))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"plan": repr(plan), "sweep": sweep}, indent=1))
+    if args.plot is not None and plot(
+        sweep,
+        args.plot,
+        f"produce (idempotent, acks=all, 1 KiB, {plan.partitions} partition(s))"
+        " against offered load; same run, shared 2-core machine",
+    ):
+        print(f"plot: {args.plot}")
     return 0
 
 

@@ -11,6 +11,9 @@ from bench.broker_targets import LEASE_GAP, MIB, TARGETS
 
 ROWS: list[tuple[str, str, str]] = [
     # label, phase, metric
+    ("server CPU ms/MB, produce", "produce", "cpu"),
+    ("server CPU ms/MB, idempotent", "produce_idem", "cpu"),
+    ("server CPU ms/MB, consume", "consume", "cpu"),
     ("produce MB/s (acks=all)", "produce", "mbs"),
     ("produce msg/s", "produce", "msgs"),
     ("produce p50 ms (saturated)", "produce", "p50_ms"),
@@ -30,6 +33,9 @@ def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
     res = results.get(phase)
     if res is None:
         return math.nan
+    if metric == "cpu":
+        mb = res["bytes"] / 1e6
+        return res["server_cpu_s"] * 1000 / mb if res.get("server_cpu_s") and mb else math.nan
     if metric in ("mbs", "msgs"):
         mbs, msgs = rate(res, steady=phase == "consume")
         return mbs if metric == "mbs" else msgs
@@ -81,9 +87,11 @@ def _memory_line(name: str, mem: dict[str, Any] | None) -> str:
     gap = mem["peaks"].get(LEASE_GAP)
     growth = m["max_rss"] - m["baseline_rss"]
     verdict = "within" if growth <= m["limit_bytes"] else "OVER"
+    goal = "within" if growth <= m["limit_bytes"] + 100 else "OVER"  # issue 13: + 100 MB
     return (
         f"{name} broker RSS MiB: baseline {m['baseline_rss']:.0f}, max sampled "
         f"{m['max_rss']:.0f}, peak (VmHWM) {m['hwm_rss']:.0f}; growth {growth:.0f} {verdict} "
-        f"limits {m['limit_bytes']:.0f} (in-flight + cache); gauge peaks MiB: {peaks}"
+        f"limits {m['limit_bytes']:.0f} (in-flight + cache), {goal} limits + 100; "
+        f"gauge peaks MiB: {peaks}"
         + (f"; worst lease keep-alive gap {gap:.2f} s" if gap is not None else "")
     )

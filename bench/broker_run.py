@@ -66,7 +66,7 @@ def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, An
     return {k: {**base, **v} for k, v in specs.items()}
 
 
-def _warm_up(target: Target, plan: Plan) -> None:
+def warm_up(target: Target, plan: Plan) -> None:
     topic = f"bench-warm-{uuid.uuid4().hex[:6]}"
     if target.name != "mock":
         create_topics(target.bootstrap, [topic], plan.partitions)
@@ -96,7 +96,7 @@ def run_targets(
     """Every phase on every target in turn (so they share the machine's noise alike),
     ``rounds`` times; per target and phase the median trial is kept."""
     for t in targets:  # load lazily imported code (the S3 client) before the baseline
-        _warm_up(t, plan)
+        warm_up(t, plan)
     samplers = {t.name: Sampler(t.pid, t.metrics_url).start()
                 for t in targets if t.pid and t.metrics_url}  # fmt: skip
     trials: dict[str, dict[str, list[Any]]] = {t.name: {p: [] for p in PHASES} for t in targets}

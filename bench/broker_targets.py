@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MIB = 1 << 20
-TARGETS = ("local", "noval", "s3", "mock")
+TARGETS = ("base", "local", "noval", "etcd", "workers", "s3", "mock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,27 +89,48 @@ class Sampler:
                     self.peaks[name] = max(self.peaks.get(name, 0.0), value)
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (the workers of ``kafscale broker --workers N``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
 def _status_bytes(pid: int, field_name: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """A ``/proc/PID/status`` size summed over the process tree (VmHWM: sum of peaks)."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith(field_name + ":"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
 
 
 def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a process and its reaped children (all threads)."""
+    """User + system CPU seconds of a process and its live descendants (all threads)."""
     if pid is None:
         return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return sum(int(v) for v in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += sum(int(v) for v in fields[11:13])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 GAUGES = ("kafscale_inflight_bytes", "kafscale_pending_bytes", "kafscale_segment_cache_bytes")
@@ -129,28 +151,104 @@ def _scrape(url: str) -> dict[str, float]:
     return out
 
 
+def consecutive_free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports (a ``--workers n`` broker)."""
+    from tests.fixtures.broker import free_port
+
+    for _ in range(100):
+        base = free_port()
+        try:
+            for p in range(base, base + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no run of free ports")
+
+
+def _wait_listening(port: int, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:  # start-up only
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
 @contextlib.contextmanager
 def broker_target(
-    name: str, workdir: Path, store_url: str | None, limits: BrokerLimits, extra: list[str]
-) -> Iterator[Target]:
+    name: str, workdir: Path, store_url: str | None, limits: BrokerLimits, extra: list[str],
+    meta_url: str | None = None, workers: int = 1,
+) -> Iterator[Target]:  # fmt: skip
     """A broker process; target ``noval`` runs it without full produce validation
-    (``bench.noval_broker``: the internal ``BrokerConfig.validate_records`` switched off)."""
-    from tests.fixtures.broker import free_port, start_broker
+    (``bench.noval_broker``: the internal ``BrokerConfig.validate_records`` switched off);
+    with ``workers`` > 1 a ``--workers`` supervisor (CPU and RSS: summed over its tree)."""
+    from tests.fixtures.broker import start_broker
 
-    http = free_port()
-    args = ["--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args(), *extra]
+    http, port = consecutive_free_ports(workers), consecutive_free_ports(workers)
+    args = ["--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args(), *extra,
+            "--workers", str(workers)]  # fmt: skip
     module = "bench.noval_broker" if name == "noval" else "broker.cli"
-    broker = start_broker(workdir, store_url=store_url, extra_args=tuple(args), module=module)
+    broker = start_broker(
+        workdir, store_url=store_url, meta_url=meta_url, port=port, extra_args=tuple(args),
+        module=module,
+    )  # fmt: skip
+    for i in range(1, workers):
+        _wait_listening(port + i)
     try:
         yield Target(
             name,
             broker.bootstrap,
             broker.pid,
             f"http://127.0.0.1:{http}/metrics",
-            limits.broker_inflight_bytes + limits.cache_bytes,
+            (limits.broker_inflight_bytes + limits.cache_bytes) * workers,
         )
     finally:
         broker.stop()
+
+
+@contextlib.contextmanager
+def base_target(
+    workdir: Path, tree: Path, limits: BrokerLimits, extra: list[str]
+) -> Iterator[Target]:
+    """The ``local`` broker run from another source tree (``--base-tree``: e.g. an export of
+    an earlier commit), so that before and after are measured in the same run."""
+    from tests.fixtures.broker import BrokerProcess, free_port
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, http = free_port(), free_port()
+    args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
+            "--log-level", "WARNING", *limits.args(), *extra]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
+    env["PYTHONPATH"] = str(tree.resolve())
+    broker = BrokerProcess(workdir, port, args, env).start()
+    try:
+        yield Target("base", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
+                     limits.broker_inflight_bytes + limits.cache_bytes)  # fmt: skip
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def etcd_target(
+    name: str, workdir: Path, limits: BrokerLimits, extra: list[str], workers: int
+) -> Iterator[Target]:
+    """The broker on the local-directory store with a real etcd (``tests/fixtures/etcd.py``),
+    as one process (``etcd``) or as ``workers`` processes (``workers``)."""
+    from tests.fixtures.etcd import start_etcd
+
+    (workdir / "etcd").mkdir(parents=True, exist_ok=True)
+    etcd = start_etcd(workdir / "etcd")
+    try:
+        with broker_target(
+            name, workdir / name, None, limits, extra, etcd.url, workers
+        ) as target:  # fmt: skip
+            yield target
+    finally:
+        etcd.stop()
 
 
 @contextlib.contextmanager

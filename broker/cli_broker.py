@@ -214,8 +214,21 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         migration_policy,
         "classic/consumer group conversion: disabled, upgrade, downgrade, bidirectional",
     ),
+    (
+        "transaction-max-timeout-ms",
+        "transaction_max_timeout_ms",
+        int,
+        "largest transaction.timeout.ms a producer may ask for (default 900000)",
+    ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
     ("log-format", "", str, "text (default) or json: one JSON object per line"),
+    (
+        "workers",
+        "",
+        int,
+        "broker processes to run, node ids and ports + 0..N-1 (default: the cores available;"
+        " 1 with the embedded metadata store; docs/operations.md)",
+    ),
 ]
 
 
@@ -308,6 +321,15 @@ def main(argv: list[str]) -> int:
         print(f"kafscale broker: --log-format {fmt!r}: choose text or json", file=sys.stderr)
         return 2
     setup_logging(level, fmt)
+    from broker.workers import WorkersError, supervise, workers_for
+
+    try:
+        workers = workers_for(argv, config)
+    except WorkersError as exc:
+        print(f"kafscale broker: {exc}", file=sys.stderr)
+        return 2
+    if workers > 1:
+        return supervise(argv, config, workers)
     from broker.server import serve
 
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ from broker.commit import Outcome
 from broker.compaction_policy import (
     NO_TOMBSTONES,
     CompactionConfig,
+    DirtyState,
     KeyMap,
     RecordFilter,
     Rewritten,
@@ -47,6 +49,8 @@ from broker.compaction_policy import (
 from broker.meta.base import Delete, Put
 from broker.meta.schema import seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
+from broker.txn_compaction import aborted_batch, cleanable_below_lso
+from broker.txn_partition import PartitionTxns, state_of
 from protocol.compaction import record_columns
 from segments.format import build_segment, index_key_for, iter_segment_batches, partition_prefix
 from segments.store import Buffer
@@ -105,13 +109,18 @@ class _Pass:
     written: list[tuple[list[SegmentMeta], SegmentMeta]] = field(default_factory=list)
 
 
-def _map_segment(data: Buffer, keys: KeyMap, first: bool) -> bool:
+def _map_segment(
+    data: Buffer, keys: KeyMap, first: bool, txns: PartitionTxns | None = None
+) -> bool:
     """Add the keys of one segment to ``keys``, batch by batch; False when the map filled
     up before the segment's end (the first segment of a pass is always mapped whole, so
     every pass makes progress). A partly mapped segment is safe: a record is only removed
-    when a later record of its key is in the log."""
+    when a later record of its key is in the log. Records of aborted transactions are not
+    mapped: they never supersede a committed record (Kafka's cleaner does the same)."""
     for _pos, hdr, view in iter_segment_batches(data):
         if hdr.is_control or hdr.record_count == 0:
+            continue
+        if aborted_batch(txns, hdr):
             continue
         if not first and not keys.room_for(hdr.record_count):
             return False
@@ -144,6 +153,19 @@ class Compactor:
         cfg = CompactionConfig.from_configs(self.logs.topics.effective_configs(info))
         return cfg if cfg.compact else None
 
+    async def _stable_state(
+        self, lg: PartitionLog, segs: Sequence[SegmentMeta], now_ms: int, cfg: CompactionConfig
+    ) -> DirtyState:
+        """``dirty_state`` with the cleanable range ending below the last stable offset:
+        an open transaction's records (and everything after its first) are not compacted
+        until it ends, since its outcome decides which record of a key is the latest."""
+        state = dirty_state(segs, now_ms, cfg)
+        lso = (await state_of(self.logs.meta, lg)).lso(lg.hw)
+        end = max(state.clean, cleanable_below_lso(segs, state.end, lso))
+        if end == state.end:
+            return state
+        return dirty_state(segs[:end], now_ms, cfg)
+
     def forget(self, lg: PartitionLog) -> None:
         self.gauges.pop((lg.topic, lg.partition), None)
 
@@ -155,7 +177,7 @@ class Compactor:
             return False
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         segs = lg.segments
-        state = dirty_state(segs, now_ms, cfg)
+        state = await self._stable_state(lg, segs, now_ms, cfg)
         age = now_ms - state.oldest_dirty_ms if state.oldest_dirty_ms >= 0 else 0
         self.gauges[(lg.topic, lg.partition)] = (state.ratio, age)
         if not is_due(state, segs, now_ms, cfg):
@@ -170,13 +192,15 @@ class Compactor:
         segs = list(lg.segments)
         if not segs:
             return False
-        state = dirty_state(segs, now_ms, cfg)
+        state = await self._stable_state(lg, segs, now_ms, cfg)
+        # the aborted-transaction index as the pass starts (read from worker threads)
+        txns = PartitionTxns(aborted=list((await state_of(self.logs.meta, lg)).aborted))
         throttle = Throttle(self.config.compaction_max_bytes_per_sec)
         keys = KeyMap(self.config.compaction_buffer_bytes)
         end = state.clean
         for i in range(state.clean, state.end):  # 1. the key map
             data = await self._read(lg, segs[i], throttle)
-            if not await asyncio.to_thread(_map_segment, data, keys, i == state.clean):
+            if not await asyncio.to_thread(_map_segment, data, keys, i == state.clean, txns):
                 break  # the map is full: the rest waits for the next pass
             end = i + 1
         if end == state.clean and not expired_tombstones(
@@ -184,6 +208,8 @@ class Compactor:
         ):
             return False
         filt = RecordFilter(keys, now_ms, cfg.delete_retention_ms, log_end=segs[-1].last + 1)
+        # aborted transactions' batches stay whole, like their markers (broker/txn_compaction.py)
+        filt.batch_rules.append(lambda hdr: True if aborted_batch(txns, hdr) else None)
         pass_ = _Pass(lg, filt, cfg.codec, lg.producers.last_bases(), now_ms, throttle)
         try:
             committed = await self._rewrite(pass_, segs[:end])

@@ -73,6 +73,8 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
     group_consumer_migration_policy: str = "bidirectional"
+    # transactions (issue 9): Kafka's transaction.max.timeout.ms
+    transaction_max_timeout_ms: int = 900_000
 
     @staticmethod
     def new_cluster_id() -> str:

@@ -19,6 +19,11 @@ Checkpoints sit just before every place that deletes or writes objects:
 - ``merge.before_commit``: a merge, after uploading the merged segment;
 - ``compaction.before_commit``: a compaction pass, after uploading its rewritten
   segments, before the transaction that swaps them in.
+- ``txn.after_prepare``: the transaction coordinator, after storing PrepareCommit or
+  PrepareAbort, before it requests the markers;
+- ``txn.after_markers_requested``: the coordinator, after putting the marker requests;
+- ``txn.before_marker_commit``: a partition owner, after appending a control batch,
+  before it is committed.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ POINTS = frozenset(
         "topic.before_list",
         "merge.before_commit",
         "compaction.before_commit",
+        "txn.after_prepare",
+        "txn.after_markers_requested",
+        "txn.before_marker_commit",
     }
 )
 

@@ -96,6 +96,12 @@ class Flusher:
             self._wake.set()
             await asyncio.wait(waits)
 
+    async def idle(self) -> None:
+        """Wait until no flush cycle is in flight (its commit, failure handling and the
+        deletion of objects it certainly never committed all done)."""
+        while self._cycles:
+            await asyncio.wait(list(self._cycles))
+
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FIRST_CHUNK = 256 * 1024  # a frame's buffer starts at most this big, then doubles
+# a frame's buffer starts at most this big, then doubles: 1 MiB holds a whole request of
+# librdkafka's and the Java client's default maximum (1 MB), so it never grows and is
+# never copied (announced bytes are reserved against the broker budget before this)
+FIRST_CHUNK = 1024 * 1024
 _ZEROS = bytes(1 << 20)  # growth source for frame buffers (no temporary per extension)
 _ZEROS_VIEW = memoryview(_ZEROS)
 

@@ -13,12 +13,16 @@ import asyncio
 import uuid
 from bisect import bisect_right
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.meta.schema import SegmentMeta, end_json
 from broker.producers import INT32_MAX, ProducerState
 from protocol.batch import BatchHeader, set_base_offset, set_leader_epoch
 from protocol.errors import ErrorCode
 from segments.format import object_name
+
+if TYPE_CHECKING:
+    from broker.txn_partition import PartitionTxns
 
 ACTIVE = "active"
 RELEASING = "releasing"
@@ -68,6 +72,7 @@ class PartitionLog:
         "flushing",
         "epochs",
         "object_seq",
+        "txns",
     )
 
     def __init__(
@@ -105,6 +110,7 @@ class PartitionLog:
         self.flushing: asyncio.Future[None] | None = None
         self.epochs = epochs  # [(epoch, start_offset)] ascending
         self.object_seq = 0  # numbers this owner's objects: names are never reused
+        self.txns: PartitionTxns | None = None  # broker.txn_partition, loaded on first use
 
     def new_object_name(self, base: int, last: int) -> str:
         """A writer-unique object name for a segment this owner writes (docs/format.md)."""

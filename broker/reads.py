@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from broker.meta.base import Get, MetaStoreError
 from broker.meta.schema import entry_base, segments_prefix
 from broker.partition import PartitionLog, SegmentMeta
+from broker.segment_loader import READAHEAD, SegmentLoader
 from protocol.batch import iter_batches
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import CachedSegment
@@ -38,6 +39,8 @@ class Reader:
         self.logs = logs
         self.namespace = logs.config.namespace
         self.last_read = -1
+        # shared loads, parallel ranged GETs and readahead (broker/segment_loader.py)
+        self.loader = SegmentLoader(lambda: self.logs.store, lambda: self.logs.cache)
 
     def object_key(self, lg: PartitionLog, seg: SegmentMeta) -> str:
         """The object key of a committed segment (entries name theirs; legacy entries
@@ -46,15 +49,16 @@ class Reader:
             return partition_prefix(self.namespace, lg.topic, lg.partition) + seg.key
         return segment_key(self.namespace, lg.topic, lg.partition, seg.base)
 
-    async def segment_data(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
+    async def segment_data(self, lg: PartitionLog, seg: SegmentMeta, shared: bool = False) -> bytes:
+        """The whole segment (cached). ``shared``: a fetch's read may join a load of the
+        same object already in flight (a readahead); other callers (merges, timestamp
+        lookups) load on their own, never waiting behind a reader's GET."""
         key = self.object_key(lg, seg)
         cache = self.logs.cache
         cached = cache.get(key, seg.etag)
         if cached is not None:
             return cached.data  # type: ignore[return-value]
-        data = await self.logs.store.get(key, if_match=seg.etag or None)
-        cache.put(key, data, None, seg.etag)
-        return data
+        return await self.loader.load(key, seg, shared)
 
     async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
         """The whole segment object (cached), for timestamp lookups and merges; a missing
@@ -101,6 +105,9 @@ class Reader:
                 if attempts > 2 or not await self.check_manifest(lg):
                     raise
                 continue
+            if cached is None:
+                nxt = lg.segments[idx + 1 : idx + 1 + READAHEAD]
+                self.loader.readahead([(self.object_key(lg, s), s) for s in nxt], WHOLE_READ_LIMIT)
             if len(view) == 0:  # past the last batch (a compacted segment's gap): read on
                 offset = seg.last + 1
                 continue
@@ -127,7 +134,8 @@ class Reader:
         if cached is not None:
             return slice_batches(cached.data, cached.index, offset, budget)
         if seg.size <= WHOLE_READ_LIMIT:
-            return slice_batches(await self.segment_data(lg, seg), None, offset, budget)
+            data = await self.segment_data(lg, seg, shared=True)
+            return slice_batches(data, None, offset, budget)
         store = self.logs.store
         index = parse_index(await store.get(index_key_for(key)))
         return await read_from(store, key, index, offset, budget, seg.size, seg.etag)

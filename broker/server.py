@@ -30,6 +30,8 @@ from broker.security.config import Listener
 from broker.security.manager import SecurityManager
 from broker.telemetry import Telemetry
 from broker.topics import TopicManager
+from broker.txn_coordinator import TxnCoordinator
+from broker.txn_markers import MarkerWriter
 from groupcoord import GroupConfig, GroupCoordinator
 from groupcoord.consumer_model import consumer_group_config
 from segments.store import ObjectStore, open_store
@@ -117,6 +119,8 @@ class Broker:
         self.quotas = QuotaStore(self.meta)  # client quotas (issue 12)
         self.fetch_sessions = FetchSessionCache(config.max_fetch_sessions)  # KIP-227
         self.groups: GroupCoordinator | None = None
+        self.txns: TxnCoordinator | None = None
+        self.markers: MarkerWriter | None = None
         self.cluster_id = config.cluster_id
         self.connections: set[Connection] = set()
         self.admission: Admission = Admission(
@@ -148,6 +152,7 @@ class Broker:
         await self.logs.start()
         self.groups = await self._start_groups()
         await self.security.start()
+        self._start_transactions()
         loop = asyncio.get_running_loop()
         if not self.config.security.listeners:
             self._server = await loop.create_server(
@@ -195,6 +200,15 @@ class Broker:
         await coordinator.start()
         return coordinator
 
+    def _start_transactions(self) -> None:
+        """The transaction coordinator and the marker writer (docs/architecture.md)."""
+        self.txns = TxnCoordinator(
+            self.meta, self.cluster, self.producer_ids, self.config.transaction_max_timeout_ms
+        )
+        self.txns.start()
+        self.markers = MarkerWriter(self.meta, self.logs, self.cluster)
+        self.markers.start()
+
     async def _cluster_id(self) -> str:
         key = CLUSTER_ID_KEY
         proposed = json.dumps({"id": BrokerConfig.new_cluster_id()}).encode()
@@ -221,6 +235,10 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self.groups.stop()
         await self.security.stop()
+        for part in (self.txns, self.markers):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    await part.stop()
         await self.logs.stop()
         await self.quotas.stop()
         await self.topics.stop()

@@ -86,6 +86,7 @@ class TopicManager(TopicTable):
     ) -> None:
         super().__init__(meta)
         self._config = config
+        self._defaults: tuple[BrokerConfig, dict[str, str]] | None = None
         self._store = store
         self._namespace = config.namespace if namespace is None else namespace
         self._ensuring: dict[str, asyncio.Task[TopicInfo | None]] = {}
@@ -120,8 +121,14 @@ class TopicManager(TopicTable):
     # ------------------------------------------------------------ configs
 
     def effective_configs(self, info: TopicInfo) -> dict[str, str]:
-        """Every whitelisted config of ``info``: set values over defaults."""
-        out = {name: spec.default_value(self._config) for name, spec in TOPIC_CONFIGS.items()}
+        """Every whitelisted config of ``info``: set values over defaults (the defaults
+        depend only on the frozen BrokerConfig: computed once per config object, as this
+        runs for every produced partition; docs/benchmarks.md)."""
+        config = self._config
+        if self._defaults is None or self._defaults[0] is not config:
+            defaults = {n: spec.default_value(config) for n, spec in TOPIC_CONFIGS.items()}
+            self._defaults = (config, defaults)
+        out = dict(self._defaults[1])
         out.update(info.configs)
         return out
 

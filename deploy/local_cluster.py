@@ -88,7 +88,7 @@ def start_broker(
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
     cmd = [
         sys.executable, "-m", "broker.cli", "broker", "--listen", f"127.0.0.1:{port}",
-        "--node-id", str(node_id), "--store", store, "--meta", meta, *extra,
+        "--node-id", str(node_id), "--workers", "1", "--store", store, "--meta", meta, *extra,
     ]  # fmt: skip
     with open(workdir / "broker.log", "ab") as out:
         proc = subprocess.Popen(

@@ -180,6 +180,28 @@ class GroupCoordinator(Membership):
         self.schedule_heartbeat(group, member)
         return ErrorCode.NONE
 
+    async def check_txn_member(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        """TxnOffsetCommit v3+ (KIP-447): offsets sent with a consumer's member id and
+        generation are taken only while that member is current, which fences a zombie
+        instance after a rebalance. Without them (generation -1, no member id) nothing is
+        checked, as in Kafka."""
+        if generation < 0 and not member_id:
+            return ErrorCode.NONE
+        group = await self.get_group(group_id)
+        if group is None:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.is_(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.is_static_fenced(member_id, instance_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id and member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation >= 0 and generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     async def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetRecord]]:

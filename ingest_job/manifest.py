@@ -22,6 +22,7 @@ from broker.meta.schema import (
     topic_key,
 )
 from ingest_job.model import Gap, IngestError, Offsets, SegmentRef, TopicPartition, WorkUnit
+from ingest_job.txns import overlapping, read_txns
 from segments.format import partition_prefix, segment_key
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,9 @@ class PartitionLog:
 
     topic: str
     partition: int
-    next_offset: int
+    next_offset: int  # the last stable offset: open transactions hold the job there
     segments: tuple[SegmentRef, ...]
+    aborted: tuple[tuple[int, int, int], ...] = ()  # ingest_job.txns
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,9 @@ async def read_logs(
 async def _read_partition(meta: MetaStore, topic: str, part: int, namespace: str) -> PartitionLog:
     end_kv = await meta.get(end_key(topic, part))
     next_offset = EndValue.decode(end_kv.value).next_offset if end_kv else 0
+    lso, aborted = await read_txns(meta, topic, part)
+    if lso is not None:
+        next_offset = min(next_offset, lso)
     refs: list[SegmentRef] = []
     for kv in await meta.range(segments_prefix(topic, part)):
         entry = SegmentMeta.from_json(entry_base(kv.key), kv.value)
@@ -85,7 +90,7 @@ async def _read_partition(meta: MetaStore, topic: str, part: int, namespace: str
             )
         )
     refs.sort(key=lambda r: r.base)
-    return PartitionLog(topic, part, next_offset, tuple(refs))
+    return PartitionLog(topic, part, next_offset, tuple(refs), aborted)
 
 
 async def load_logs(
@@ -164,7 +169,10 @@ def plan_units(
         runs, part_gaps = _partition_units(plog, start, end, unit_bytes)
         gaps.extend(part_gaps)
         for run_start, run_end, segs in runs:
-            units.append(WorkUnit(len(units), plog.topic, plog.partition, run_start, run_end, segs))
+            aborted = overlapping(plog.aborted, run_start, run_end)
+            units.append(
+                WorkUnit(len(units), plog.topic, plog.partition, run_start, run_end, segs, aborted)
+            )
     return Plan(tuple(units), tuple(gaps), ends, total)
 
 

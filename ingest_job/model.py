@@ -73,6 +73,8 @@ class WorkUnit:
     start: int
     end: int
     segments: tuple[SegmentRef, ...]
+    # aborted transactions overlapping the unit: (producer id, first, marker offset)
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def size(self) -> int:

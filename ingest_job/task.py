@@ -37,6 +37,7 @@ from ingest_job.model import (
     WorkUnit,
     WrittenFile,
 )
+from ingest_job.txns import is_aborted
 from segments.format import CorruptSegmentError, iter_segment_batches, validate_segment
 from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError, open_store
 
@@ -109,7 +110,9 @@ def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
             wanted = [
                 (hdr, view)
                 for _pos, hdr, view in iter_segment_batches(data)
-                if hdr.last_offset >= unit.start and hdr.base_offset < unit.end
+                if hdr.last_offset >= unit.start
+                and hdr.base_offset < unit.end
+                and not is_aborted(hdr, unit.aborted)
             ]
         except CorruptSegmentError as exc:
             raise CorruptInputError(f"corrupt {where}: {exc}") from exc

@@ -12,8 +12,8 @@ Every batch a client sends is checked before the broker acknowledges it:
   same thing (``INVALID_RECORD``);
 - producer fields consistent with the flags: a producer id of -1 or >= 0; with a producer
   id, an epoch and a base sequence >= 0 (``INVALID_RECORD``);
-- control batches are refused (only a transaction coordinator writes them), and so are
-  transactional ones (this broker has no transactions) (``INVALID_RECORD``);
+- control batches are refused (only partition owners write them, for the transaction
+  coordinator), and transactional batches need a producer id (``INVALID_RECORD``);
 - timestamps (CreateTime topics) within ``message.timestamp.before.max.ms`` /
   ``after.max.ms`` (and the older ``difference.max.ms``) of the broker's clock
   (``INVALID_TIMESTAMP``).
@@ -132,8 +132,6 @@ def check_header(hdr: BatchHeader) -> None:
     """Header-only rules: counts, producer fields, control/transactional flags."""
     if hdr.is_control:
         raise _invalid("clients may not write control batches")
-    if hdr.is_transactional:
-        raise _invalid("transactions are not supported")
     if hdr.record_count <= 0:
         raise _invalid(f"invalid record count {hdr.record_count}")
     if hdr.last_offset_delta != hdr.record_count - 1:
@@ -144,6 +142,8 @@ def check_header(hdr: BatchHeader) -> None:
     pid = hdr.producer_id
     if pid < -1:
         raise _invalid(f"invalid producer id {pid}")
+    if hdr.is_transactional and pid < 0:
+        raise _invalid("transactional batch without a producer id")
     if pid >= 0 and (hdr.producer_epoch < 0 or hdr.base_sequence < 0):
         raise _invalid(
             f"producer id {pid} with epoch {hdr.producer_epoch} "

@@ -12,6 +12,7 @@ if [ "${1:-}" = "--test" ]; then
   command -v etcdctl >/dev/null || need+=(etcd-client)
   command -v kcat >/dev/null || need+=(kcat)
   command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+  command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)  # the Java client test
   command -v node >/dev/null || need+=(nodejs)
   command -v npm >/dev/null || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then

@@ -154,6 +154,10 @@ class BatchSummary:
     compression: int
     max_timestamp: int
     crc_ok: bool
+    # "data", "txn" (transactional data), or a control batch's "COMMIT"/"ABORT" marker
+    kind: str = "data"
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -173,6 +177,21 @@ class SegmentReport:
     def raise_if_corrupt(self) -> None:
         if self.problems:
             raise CorruptSegmentError("; ".join(self.problems[:5]))
+
+
+def batch_kind(hdr: BatchHeader, view: memoryview) -> str:
+    """``data``, ``txn`` (transactional data) or the marker of a control batch
+    (``COMMIT``/``ABORT``; key = version int16 + type int16, docs/architecture.md)."""
+    if not hdr.is_control:
+        return "txn" if hdr.is_transactional else "data"
+    from protocol.records import decode_batch
+
+    try:
+        key = decode_batch(view)[1][0].key or b""
+    except Exception:  # noqa: BLE001 - a report, not a reader: name it unknown
+        return "CONTROL?"
+    kind = struct.unpack_from(">h", key, 2)[0] if len(key) >= 4 else -1
+    return {0: "ABORT", 1: "COMMIT"}.get(kind, "CONTROL?")
 
 
 # ---------------------------------------------------------------------------- writer
@@ -362,6 +381,7 @@ def _check_batches(data: Buffer, report: SegmentReport) -> None:
                 BatchSummary(
                     pos, bh.base_offset, bh.last_offset, bh.record_count, bh.size,
                     bh.compression, bh.max_timestamp, crc_ok,
+                    batch_kind(bh, view), bh.producer_id, bh.producer_epoch,
                 )
             )  # fmt: skip
             if not crc_ok:

@@ -105,12 +105,14 @@ def print_report(target: str, size: int, report: SegmentReport, out: TextIO) -> 
         for e in report.index:
             w(f"  offset={e.offset} position={e.position}\n")
     w(f"batches: {len(report.batches)}\n")
-    w(f"  {'position':>10} {'base':>12} {'last':>12} {'records':>8} {'bytes':>9} codec   crc\n")
+    w(f"  {'position':>10} {'base':>12} {'last':>12} {'records':>8} {'bytes':>9} codec   crc")
+    w("  kind     producer\n")
     for b in report.batches:
+        producer = f"{b.producer_id}/{b.producer_epoch}" if b.producer_id >= 0 else "-"
         w(
             f"  {b.position:>10} {b.base_offset:>12} {b.last_offset:>12} {b.record_count:>8} "
             f"{b.size:>9} {CODECS.get(b.compression, str(b.compression)):<7} "
-            f"{'ok' if b.crc_ok else 'BAD'}\n"
+            f"{'ok' if b.crc_ok else 'BAD':<4} {b.kind:<8} {producer}\n"
         )
     if report.ok:
         w("OK: segment is valid\n")

@@ -18,9 +18,11 @@ partitions of the request are served.
 Fetch sessions (v7+, KIP-227) and client fetch quotas: ``broker/fetch_sessions.py``
 decides which partitions a request reads and which the response carries. Deviations: the
 client's current leader epoch is not checked (owners change only through the metadata
-store's fencing, docs/architecture.md, ownership). There are no transactions, so the last
-stable offset is the
-high watermark and there are never aborted transactions. v13+ topics are named by id.
+store's fencing, docs/architecture.md, ownership). v13+ topics are named by id.
+
+``isolation_level=1`` (read_committed) returns whole batches below the last stable offset
+(``broker.txn_partition``) and the aborted transactions they overlap; read_uncommitted
+gets everything up to the high watermark and the LSO as last known to the owner.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
 from broker.security.authz import Operation, ResourceType, allowed
+from broker.txn_partition import cap_batches, loaded_state, state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.fetch_fast import (
     FetchPartitionData,
@@ -117,9 +120,21 @@ async def _collect(
                 continue
             records: list[Any] = []
             budget = min(w.max_bytes, max_bytes - total)
-            if w.offset < lg.hw and (budget > 0 or total == 0):
+            try:
+                txns = await state_of(ctx.broker.logs.meta, lg) if committed else loaded_state(lg)
+            except MetaStoreError as exc:
+                log.warning("fetch of %s-%d failed: %s", name, w.index, exc)
+                parts.append(
+                    FetchPartitionData(w.index, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR))
+                )
+                continue
+            lso = txns.lso(lg.hw) if txns is not None else lg.hw
+            upper = lso if committed else lg.hw
+            if w.offset < upper and (budget > 0 or total == 0):
                 try:
                     records = await ctx.broker.logs.read(lg, w.offset, max(budget, 1))
+                    if committed:
+                        records = cap_batches(records, upper)
                 except KafkaProtocolError as exc:  # no longer the owner
                     parts.append(FetchPartitionData(w.index, error_code=int(exc.code)))
                     continue
@@ -130,13 +145,16 @@ async def _collect(
                     )
                     continue
                 total += sum(len(r) for r in records)
+            aborted = None
+            if committed:
+                aborted = txns.aborted_between(w.offset, upper) if txns and records else []
             parts.append(
                 FetchPartitionData(
                     w.index,
                     high_watermark=lg.hw,
-                    last_stable_offset=lg.hw,
+                    last_stable_offset=lso,
                     log_start_offset=lg.log_start,
-                    aborted_transactions=[] if committed else None,
+                    aborted_transactions=aborted,
                     records=records,
                 )
             )

@@ -3,9 +3,8 @@
 Supported versions:
 
 - FindCoordinator (10) v0-4: v4 answers batched ``coordinator_keys``. Key type 0 (group)
-  names the group's owner (docs/architecture.md, ownership); key type 1 (transaction) is
-  answered with
-  COORDINATOR_NOT_AVAILABLE: transactions are not supported.
+  names the group's owner (docs/architecture.md, ownership); key type 1 (transaction)
+  names the transactional id's coordinator, placed the same way (``broker.txn_coordinator``).
 - JoinGroup (11) v0-9: MEMBER_ID_REQUIRED from v4; static membership from v5; v9's
   ``skip_assignment`` is set for a static leader that rejoined a Stable group (older
   versions get the member list instead and their new assignment is ignored, as in Kafka
@@ -119,8 +118,13 @@ def client_host(ctx: RequestContext) -> str:
 
 
 def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+    if key_type == 1:  # a transactional id (docs/architecture.md, transactions)
+        if ctx.broker.txns is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        info = ctx.broker.txns.coordinator_of(key)
+        return ErrorCode.NONE, info.node_id, info.host, info.port
     if key_type != 0:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return ErrorCode.INVALID_REQUEST, -1, "", -1
     if ctx.broker.groups is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if not allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, key):

@@ -7,8 +7,8 @@ latest-tiered (-5, v9+) offset -1 as Kafka answers for a topic without tiered st
 v10's ``timeout_ms`` is accepted and unused (no remote reads).
 A timestamp T finds the first segment whose manifest ``max_ts`` reaches T, then the
 first batch whose max timestamp does, then the first record at or after T in it.
-v0 answers with ``old_style_offsets`` (at most one offset). Read-committed isolation
-answers the same as read-uncommitted: there are no transactions.
+v0 answers with ``old_style_offsets`` (at most one offset). Latest under read-committed
+isolation (v2+ ``isolation_level=1``) is the last stable offset (``broker.txn_partition``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from broker.logs import LogManager
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
 from broker.security.authz import Operation, ResourceType, allowed
+from broker.txn_partition import state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.records import decode_batch
 from segments.format import iter_segment_batches
@@ -64,8 +65,12 @@ async def _max_timestamp(logs: LogManager, lg: PartitionLog) -> tuple[int, int]:
     return found
 
 
-async def _lookup(ctx: RequestContext, lg: PartitionLog, ts: int) -> tuple[int, int]:
+async def _lookup(
+    ctx: RequestContext, lg: PartitionLog, ts: int, committed: bool = False
+) -> tuple[int, int]:
     if ts == LATEST:
+        if committed:  # read_committed: the last stable offset
+            return (await state_of(ctx.broker.logs.meta, lg)).lso(lg.hw), -1
         return lg.hw, -1
     if ts in (EARLIEST, EARLIEST_LOCAL):
         return lg.log_start, -1
@@ -78,7 +83,9 @@ async def _lookup(ctx: RequestContext, lg: PartitionLog, ts: int) -> tuple[int, 
     return await _by_timestamp(ctx.broker.logs, lg, ts)
 
 
-async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: int) -> Any:
+async def _partition(
+    ctx: RequestContext, topic: str | None, p: Any, version: int, committed: bool = False
+) -> Any:
     if topic and not allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
         code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         return _Part(partition_index=p.partition_index, error_code=code, offset=-1, timestamp=-1)
@@ -87,7 +94,7 @@ async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: in
         return _Part(partition_index=p.partition_index, error_code=3, offset=-1, timestamp=-1)
     try:
         lg = await ctx.broker.logs.get(topic, p.partition_index)
-        offset, ts = await _lookup(ctx, lg, p.timestamp)
+        offset, ts = await _lookup(ctx, lg, p.timestamp, committed)
     except KafkaProtocolError as exc:
         return _Part(
             partition_index=p.partition_index, error_code=int(exc.code), offset=-1, timestamp=-1
@@ -113,8 +120,9 @@ async def _partition(ctx: RequestContext, topic: str | None, p: Any, version: in
 
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
+    committed = version >= 2 and getattr(request, "isolation_level", 0) == 1
     topics = []
     for t in request.topics or ():  # a null topic list asks for nothing
-        parts = [await _partition(ctx, t.name, p, version) for p in t.partitions or ()]
+        parts = [await _partition(ctx, t.name, p, version, committed) for p in t.partitions or ()]
         topics.append(_Topic(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

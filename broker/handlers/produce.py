@@ -12,9 +12,12 @@ Accepted batches are appended in arrival order; the response is
 a connection keeps
 reading while its produces wait. acks=0 gets no response.
 
+Transactional batches are admitted by ``broker.txn_produce`` first (the producer's
+transaction must be ongoing with this partition in it; docs/architecture.md,
+"Transactions"); a refused one leaves the partition unchanged.
+
 Deviations: v0-2 magic 0/1 message sets are converted to v2 batches on arrival (one
-copy). Transactions are not supported: transactional batches get INVALID_RECORD, and a
-request with a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED. The request
+copy). The request
 timeout bounds the wait for the commit; past it the partition answers
 REQUEST_TIMED_OUT (the commit may still land; idempotent retries are deduplicated).
 Client quotas (``broker/quotas.py``): the request's record bytes count against the
@@ -38,6 +41,7 @@ from broker.meta.schema import TopicInfo
 from broker.partition import AppendError, PartitionLog
 from broker.security.authz import Operation, ResourceType, allowed, may_create_topic
 from broker.topic_validation import is_valid_topic_name
+from broker.txn_produce import append_transactional, transactional_header
 from protocol.batch import (
     BatchHeader,
     CorruptBatchError,
@@ -188,7 +192,12 @@ def _append(
 
 
 async def _partition(
-    ctx: RequestContext, name: str, info: TopicInfo | None, err: ErrorCode, part: Any
+    ctx: RequestContext,
+    name: str,
+    info: TopicInfo | None,
+    err: ErrorCode,
+    part: Any,
+    txn_id: str | None = None,
 ) -> _Outcome:
     if info is None:
         return _Outcome(part.index, err)
@@ -202,6 +211,17 @@ async def _partition(
         log.warning("%s-%d unavailable: %s", name, part.index, exc)
         return _Outcome(part.index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     try:
+        txn = transactional_header(part.records)
+        if txn is not None:
+            return await append_transactional(
+                ctx.broker.logs.meta,
+                lg,
+                txn_id,
+                part.records,
+                txn,
+                lambda: _append(ctx, lg, info, part),
+                lambda code: _Outcome(part.index, code),
+            )
         return _append(ctx, lg, info, part)
     except Exception as exc:  # a bug: this partition fails, the others are answered
         handler_failed(0, ctx.header.api_version, exc)
@@ -211,18 +231,19 @@ async def _partition(
 async def produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
     version = ctx.header.api_version
     results: list[tuple[str, list[_Outcome]]] = []
-    if request.transactional_id is not None or request.acks not in (0, 1, -1):
-        code = (
-            ErrorCode.INVALID_REQUIRED_ACKS
-            if request.acks not in (0, 1, -1)
-            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        )
+    if request.acks not in (0, 1, -1):
+        code = ErrorCode.INVALID_REQUIRED_ACKS
         for t in request.topics:
             results.append((t.name, [_Outcome(p.index, code) for p in t.partitions]))
     else:
         for t in request.topics:
             info, err = await _topic(ctx, t.name)
-            outs = [await _partition(ctx, t.name, info, err, p) for p in t.partitions]
+            tid = request.transactional_id
+            if tid is None:
+                outs = [await _partition(ctx, t.name, info, err, p) for p in t.partitions]
+            else:  # admissions wait on the metadata store: partitions side by side
+                parts = [_partition(ctx, t.name, info, err, p, tid) for p in t.partitions]
+                outs = list(await asyncio.gather(*parts))
             results.append((t.name, outs))
     nbytes = sum(p.records.nbytes for t in request.topics for p in t.partitions if p.records)
     throttle_ms = quotas.throttle(ctx, quotas.PRODUCE, nbytes)  # client quotas (issue 12)

@@ -1,11 +1,10 @@
-"""InitProducerId (key 22), versions 0-4, idempotent producers only.
+"""InitProducerId (key 22), versions 0-4.
 
 Without a transactional id a new producer id comes from ``/producers/next-id`` (handed
 out in blocks of 1000 per broker, compare-and-set) at epoch 0. A v3+ request that names
 its current id and epoch (KIP-360, the producer resetting its sequences) keeps the id and
-gets the next epoch; at the epoch limit it gets a fresh id. Transactions are not
-supported: a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients
-report as a fatal error naming the transactional id.
+gets the next epoch; at the epoch limit it gets a fresh id. A request with a
+transactional id goes to the transaction coordinator (``transactions.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from typing import Any
 from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.handlers.registry import RequestContext
+from broker.handlers.transactions import init_transactional
 from broker.meta.base import MetaStoreError
 from broker.security.authz import idempotent_write_allowed
 from protocol.errors import ErrorCode
@@ -27,12 +27,7 @@ MAX_EPOCH = 32767
 
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
-        return InitProducerIdResponse(
-            throttle_time_ms=0,
-            error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return await init_transactional(ctx, request)
     if not idempotent_write_allowed(ctx):
         return InitProducerIdResponse(
             throttle_time_ms=0,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from broker.quotas import QuotaStore
     from broker.security.sasl import Session
     from broker.topics import TopicManager
+    from broker.txn_coordinator import TxnCoordinator
     from groupcoord import GroupCoordinator
 
 Buffer = bytes | bytearray | memoryview
@@ -59,6 +60,8 @@ class BrokerContext(Protocol):
     def groups(self) -> GroupCoordinator | None: ...
     @property
     def producer_ids(self) -> ProducerIdSource: ...
+    @property
+    def txns(self) -> TxnCoordinator | None: ...
     @property
     def routes(self) -> Routes: ...
     @property

@@ -33,6 +33,7 @@ from broker.handlers import (
     sasl,
     scram_users,
     topics_admin,
+    transactions,
 )
 from broker.handlers.registry import ApiHandler as Route
 from protocol.apis import ApiKey
@@ -97,6 +98,12 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.UPDATE_FEATURES, 0, 2, features.update_features),
         Route(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, consumer_groups.consumer_group_heartbeat),
         Route(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, consumer_groups.consumer_group_describe),
+        Route(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, transactions.add_partitions_to_txn),
+        Route(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, transactions.add_offsets_to_txn),
+        Route(ApiKey.END_TXN, 0, 4, transactions.end_txn),
+        Route(ApiKey.TXN_OFFSET_COMMIT, 0, 3, transactions.txn_offset_commit),
+        Route(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, transactions.describe_transactions),
+        Route(ApiKey.LIST_TRANSACTIONS, 0, 1, transactions.list_transactions),
     )
     table: dict[int, Route] = {}
     for route in routes:

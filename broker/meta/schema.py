@@ -23,6 +23,7 @@ build and parse metadata keys and values here and nowhere else.
     /registry/subjects/{s, quoted}/versions/{v:010d} -> RegistryVersion
     /registry/config                       -> {compatibilityLevel} (global)
     /registry/subjects/{s, quoted}/config  -> {compatibilityLevel} (per subject)
+    /txn/..., /txn-markers/..., /logs/{t}/{p}/txn/...  -> transactions (section below)
 """
 
 from __future__ import annotations
@@ -432,3 +433,144 @@ def registry_config_json(level: str) -> bytes:
 
 def registry_config_level(value: bytes) -> str:
     return str(json.loads(value)["compatibilityLevel"])
+
+
+# ---------------------------------------------------------------------------- transactions
+# (docs/architecture.md, "Transactions"; docs/format.md, metadata keys)
+#
+#     /txn/{tid, quoted}/state                    -> txncoord.TxnRecord
+#     /txn/{tid, quoted}/offsets/{group, quoted}/{t}/{p} -> groupcoord.OffsetRecord (pending)
+#     /txn-markers/{tid, quoted}/{t}/{p}           -> MarkerRequest
+#     /logs/{t}/{p}/txn/open/{pid:020d}            -> OpenTxn
+#     /logs/{t}/{p}/txn/aborted/{last:020d}        -> AbortedTxn
+
+TXN_PREFIX = "/txn/"
+TXN_MARKERS_PREFIX = "/txn-markers/"
+
+
+def txn_prefix(txn_id: str) -> str:
+    return f"{TXN_PREFIX}{quote(txn_id, safe='')}/"
+
+
+def txn_state_key(txn_id: str) -> str:
+    return txn_prefix(txn_id) + "state"
+
+
+def txn_id_of_state_key(key: str) -> str | None:
+    """The transactional id of a ``/txn/{tid}/state`` key (None for any other key)."""
+    parts = key.split("/")  # ["", "txn", tid, "state"]
+    if len(parts) != 4 or parts[1] != "txn" or parts[3] != "state":
+        return None
+    return unquote(parts[2])
+
+
+def txn_offsets_prefix(txn_id: str) -> str:
+    return txn_prefix(txn_id) + "offsets/"
+
+
+def txn_offset_key(txn_id: str, group_id: str, topic: str, partition: int) -> str:
+    return f"{txn_offsets_prefix(txn_id)}{quote(group_id, safe='')}/{topic}/{partition}"
+
+
+def txn_offset_target(txn_id: str, key: str) -> tuple[str, str, int]:
+    """(group, topic, partition) of a pending transactional offset key."""
+    group, topic, partition = key[len(txn_offsets_prefix(txn_id)) :].split("/")
+    return unquote(group), topic, int(partition)
+
+
+def txn_markers_prefix(txn_id: str) -> str:
+    return f"{TXN_MARKERS_PREFIX}{quote(txn_id, safe='')}/"
+
+
+def txn_marker_key(txn_id: str, topic: str, partition: int) -> str:
+    return f"{txn_markers_prefix(txn_id)}{topic}/{partition}"
+
+
+def txn_marker_target(key: str) -> tuple[str, str, int] | None:
+    """(transactional id, topic, partition) of a ``/txn-markers/`` key."""
+    parts = key.split("/")  # ["", "txn-markers", tid, topic, p]
+    if len(parts) != 5 or parts[1] != "txn-markers" or not parts[4].isdigit():
+        return None
+    return unquote(parts[2]), parts[3], int(parts[4])
+
+
+def partition_txn_prefix(topic: str, partition: int) -> str:
+    return f"/logs/{topic}/{partition}/txn/"
+
+
+def open_txn_key(topic: str, partition: int, producer_id: int) -> str:
+    return f"{partition_txn_prefix(topic, partition)}open/{producer_id:020d}"
+
+
+def aborted_txn_key(topic: str, partition: int, last_offset: int) -> str:
+    return f"{partition_txn_prefix(topic, partition)}aborted/{last_offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerRequest:
+    """A commit or abort marker the partition's owner must write (``/txn-markers/``)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int = 0
+
+    def to_json(self) -> bytes:
+        d = {
+            "pid": self.producer_id,
+            "epoch": self.producer_epoch,
+            "commit": self.commit,
+            "coordinator_epoch": self.coordinator_epoch,
+        }
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes) -> MarkerRequest:
+        d = json.loads(value)
+        return cls(
+            int(d["pid"]), int(d["epoch"]), bool(d["commit"]), int(d.get("coordinator_epoch", 0))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTxn:
+    """An open transaction of one producer on one partition: ``first`` is at or below
+    its first offset there (the last stable offset stops at it)."""
+
+    producer_id: int
+    producer_epoch: int
+    first: int
+    txn_id: str
+
+    def to_json(self) -> bytes:
+        d = {
+            "pid": self.producer_id,
+            "epoch": self.producer_epoch,
+            "first": self.first,
+            "tid": self.txn_id,
+        }
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes) -> OpenTxn:
+        d = json.loads(value)
+        return cls(int(d["pid"]), int(d["epoch"]), int(d["first"]), str(d["tid"]))
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An entry of the aborted-transaction index: the producer's records from ``first``
+    to the abort marker at ``last`` are aborted."""
+
+    producer_id: int
+    first: int
+    last: int
+
+    def to_json(self) -> bytes:
+        d = {"pid": self.producer_id, "first": self.first, "last": self.last}
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes) -> AbortedTxn:
+        d = json.loads(value)
+        return cls(int(d["pid"]), int(d["first"]), int(d["last"]))

@@ -67,6 +67,7 @@ def start_broker(
         "--meta-prefix", meta_prefix,
         "--data-dir", str(data),
         "--node-id", str(node_id),
+        "--workers", "1",
         "--default-partitions", "2",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -189,6 +189,7 @@ async def test_unapplied_commit_reported_failed_is_retriable_and_cleans_up(
     meta.arm(puts_under("/segments/"), apply=False)
     assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR  # retriable
     assert lg.hw == 2 and lg.next_offset == 2 and (await end_of(b))["next_offset"] == 2
+    await b.logs.flusher.idle()  # the producer hears of the failure before the clean-up
     assert await objects(b) == before  # its objects were never committed: removed
     assert await commit(b, lg, "b") == ErrorCode.NONE  # the producer's retry
     assert await values(b, lg) == [b"a-0", b"a-1", b"b-0", b"b-1"]

@@ -477,3 +477,41 @@ def test_passes_of_the_compactor_leave_the_last_value_per_key(
             await b.stop()
 
     asyncio.run(scenario(tmp_path_factory.mktemp("prop")))
+
+
+async def test_compaction_stops_at_the_last_stable_offset(node: Broker) -> None:
+    """An open transaction's outcome decides which record of a key is the latest: nothing
+    from its first offset on is compacted until it ends (the transactions issue)."""
+    from broker.meta.schema import AbortedTxn, OpenTxn
+    from broker.txn_partition import state_of
+
+    logs = node.logs
+    for v in range(4):  # offsets 0-5, 6-11: below the LSO; 12-17, 18-23: above
+        await append(logs, [(f"k{k}".encode(), f"v{v}".encode(), []) for k in range(6)])
+    lg = await logs.get(TOPIC, 0)
+    txns = await state_of(node.meta, lg)
+    txns.open[77] = OpenTxn(producer_id=77, producer_epoch=0, first=12, txn_id="t")
+    assert logs.maintenance is not None
+    comp = logs.maintenance.compactor
+    cfg = comp.topic_config(lg)
+    assert cfg is not None
+    assert await comp.compact(lg, cfg)
+    got = await read_records(logs, lg)
+    # below the LSO only the latest of each key so far (v1) is left; above it, all of it
+    assert [o for o, _k, _v in got] == list(range(6, 24))
+    # the transaction ends aborted: an aborted record never supersedes a committed one
+    txns.open.clear()
+    txns.add_aborted(AbortedTxn(producer_id=77, first=24, last=30))
+    await append(
+        logs,
+        [(b"k0", b"aborted", [])],
+        producer_id=77,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    await append(logs, [(b"k9", b"tail", [])])
+    assert await comp.compact(lg, cfg)
+    got = await read_records(logs, lg)
+    k0 = [(o, v) for o, k, v in got if k == b"k0"]
+    assert (18, b"v3") in k0  # the last committed k0 is kept

@@ -144,9 +144,10 @@ def test_control_batch_refused() -> None:
     assert exc.code == ErrorCode.INVALID_RECORD and "control" in exc.message
 
 
-def test_transactional_batch_refused() -> None:
+def test_transactional_batch_needs_a_producer_id() -> None:
     batch = _three(producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
-    assert _rejected(batch).code == ErrorCode.INVALID_RECORD
+    assert _check(batch).is_transactional
+    assert _rejected(_three(transactional=True)).code == ErrorCode.INVALID_RECORD
 
 
 @pytest.mark.parametrize(("pid", "epoch", "seq"), [(-7, -1, -1), (5, -1, 0), (5, 0, -1)])

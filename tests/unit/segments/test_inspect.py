@@ -88,3 +88,23 @@ def test_verify_finds_batches_that_do_not_decode(
     good_path.write_bytes(b"".join(bytes(p) for p in built.buffers))
     assert main([str(good_path), "--verify"]) == 0
     assert "verify: all 1 batches decode" in capsys.readouterr().out
+
+
+def test_control_batches_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from broker.meta.schema import MarkerRequest
+    from broker.txn_markers import control_batch
+    from protocol.batch import set_base_offset
+    from protocol.records import build_batch
+    from segments.format import build_segment
+
+    data = bytearray(build_batch([(b"k", b"v", None)] * 2, producer_id=5, producer_epoch=1,
+                                 base_sequence=0, transactional=True))  # fmt: skip
+    marker = bytearray(control_batch(MarkerRequest(5, 1, commit=False)))
+    set_base_offset(data, 10)
+    set_base_offset(marker, 12)
+    built = build_segment(10, [memoryview(data), memoryview(marker)], created_ms=1)
+    path = tmp_path / "segment-00000000000000000010.kfs"
+    path.write_bytes(b"".join(built.buffers))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert " txn      5/1" in out and " ABORT    5/1" in out

@@ -6,16 +6,17 @@ import hashlib
 import os
 from pathlib import Path
 
+import crc32c
 import pytest
 
-from segments.local_store import ETAG_XATTR, LocalStore
+from segments.local_store import ETAG_XATTR, LocalStore, crc_etag
 from segments.store import PreconditionFailedError
 
 
 async def test_another_store_reads_the_recorded_etag(tmp_path: Path) -> None:
     data = b"segment bytes" * 1000
     etag = await LocalStore(str(tmp_path)).put_if_absent("t/0/a.kfs", [data])
-    assert etag == hashlib.md5(data, usedforsecurity=False).hexdigest()
+    assert etag == crc_etag(crc32c.crc32c(data), len(data))
     path = tmp_path / "t" / "0" / "a.kfs"
     st = os.stat(path)
     assert os.getxattr(path, ETAG_XATTR) == f"{etag} {st.st_mtime_ns} {st.st_size}".encode()
@@ -41,7 +42,7 @@ async def test_the_attribute_is_trusted_only_while_mtime_and_size_match(tmp_path
     fresh = LocalStore(str(tmp_path))
     with pytest.raises(PreconditionFailedError):
         await fresh.get("k", if_match=etag)
-    new = hashlib.md5(b"y" + data[1:], usedforsecurity=False).hexdigest()
+    new = crc_etag(crc32c.crc32c(b"y" + data[1:]), len(data))
     assert await fresh.get("k", if_match=new) == b"y" + data[1:]
     assert os.getxattr(path, ETAG_XATTR).split(b" ")[0] == new.encode()  # re-recorded
 
@@ -50,4 +51,18 @@ async def test_objects_without_the_attribute_are_hashed(tmp_path: Path) -> None:
     (tmp_path / "plain").write_bytes(b"written by something else")
     info = await LocalStore(str(tmp_path)).head("plain")
     assert info is not None
-    assert info.etag == hashlib.md5(b"written by something else", usedforsecurity=False).hexdigest()
+    data = b"written by something else"
+    assert info.etag == crc_etag(crc32c.crc32c(data), len(data))
+
+
+async def test_a_legacy_md5_etag_still_matches(tmp_path: Path) -> None:
+    """Manifests written before the CRC ETags name objects by their MD5: an If-Match
+    with it still matches the content (hashed with MD5), and only the right one does."""
+    data = b"an older segment" * 100
+    store = LocalStore(str(tmp_path))
+    await store.put_if_absent("old", [data])  # records the CRC ETag
+    legacy = hashlib.md5(data, usedforsecurity=False).hexdigest()
+    assert await store.get("old", if_match=legacy) == data
+    assert await LocalStore(str(tmp_path)).get("old", 0, 5, if_match=legacy) == data[:5]
+    with pytest.raises(PreconditionFailedError):
+        await store.get("old", if_match=hashlib.md5(b"other").hexdigest())

@@ -1,0 +1,118 @@
+"""Cold reads from S3: a consumer from the beginning of a partition whose segments are
+only in the object store, against the S3 server's single-stream GET bandwidth, measured
+in the same run (issue 13; docs/benchmarks.md).
+
+``python -m bench.cold_read [--messages N] [--base-tree DIR]``: starts SeaweedFS
+(``weed mini``) and a broker on it, produces ``N`` x 1 KiB (acks=all), waits for merges,
+restarts the broker (an empty segment cache), then
+
+1. consumes the partition from offset 0 with confluent-kafka: MB/s (of values) and the
+   broker's CPU per MB;
+2. GETs every segment object of the partition one after another with one boto3 client
+   (one stream, whole objects): MB/s of object bytes.
+
+With ``--base-tree DIR`` the consume is repeated by a broker run from that source tree
+(before the read-path changes) on the same bucket. Processes are stopped by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.broker_run import create_topics
+from bench.broker_targets import Target, cpu_seconds, profiled
+from bench.broker_workers import run_worker
+
+MSG = 1024
+
+
+def _consume(bootstrap: str, topic: str, n: int, pid: int) -> dict[str, Any]:
+    cpu = cpu_seconds(pid)
+    res = run_worker({"bootstrap": bootstrap, "size": MSG, "partitions": 1, "kind": "consume",
+                      "topic": topic, "messages": n})  # fmt: skip
+    res["cpu_ms_per_mb"] = (cpu_seconds(pid) - cpu) * 1000 / (res["bytes"] / 1e6)
+    return res
+
+
+def _single_stream(endpoint: Any, bucket: str, prefix: str) -> tuple[float, int]:
+    from tests.fixtures.s3 import s3_client
+
+    client = s3_client(endpoint)
+    try:
+        keys = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".kfs")]
+        start, total = time.perf_counter(), 0
+        for key in sorted(keys):
+            total += len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        return total / (time.perf_counter() - start) / 1e6, len(keys)
+    finally:
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+    from tests.fixtures.s3 import create_bucket, run_seaweedfs
+
+    p = argparse.ArgumentParser(prog="python -m bench.cold_read", description=__doc__)
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--base-tree", type=Path)
+    p.add_argument("--py-spy", type=Path, metavar="DIR", help="profile the cold consume")
+    args = p.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="kafscale-cold-"))
+    limits = ["--cache-bytes", str(64 << 20), "--log-level", "WARNING", "--merge-min-age-ms", "0"]
+    with run_seaweedfs() as ep:
+        bucket = create_bucket(ep)
+        url = ep.store_url(bucket, "bench")
+        b = start_broker(work / "b", store_url=url, extra_args=tuple(limits))
+        try:
+            create_topics(b.bootstrap, ["cold"], 1)
+            spec = {"bootstrap": b.bootstrap, "size": MSG, "partitions": 1, "kind": "produce",
+                    "topic": "cold", "messages": args.messages, "idempotence": False}  # fmt: skip
+            run_worker(spec)
+            time.sleep(3)  # merges of the small segments (interval 1 s) before the restart
+            b.restart()  # an empty segment cache: everything is in S3 only
+            target = Target("cold", b.bootstrap, b.pid)
+            with profiled(target, "consume", args.py_spy):
+                res = _consume(b.bootstrap, "cold", args.messages, b.pid)
+        finally:
+            b.stop()
+        base = None
+        if args.base_tree is not None:  # the same bucket and metadata, the older broker
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
+            env["PYTHONPATH"] = str(args.base_tree.resolve())
+            port = free_port()
+            bargs = ["--listen", f"127.0.0.1:{port}", "--store", url, *limits]
+            bp = BrokerProcess(work / "b", port, bargs, env).start()
+            try:
+                base = _consume(bp.bootstrap, "cold", args.messages, bp.pid)
+            finally:
+                bp.stop()
+            b.start()  # this tree's broker again, after the base tree's: order effects
+            try:
+                res2 = _consume(b.bootstrap, "cold", args.messages, b.pid)
+            finally:
+                b.stop()
+            mbs2 = res2["bytes"] / res2["seconds"] / 1e6
+            print(f"cold consume again, after the base tree's: {mbs2:.1f} MB/s, broker CPU "
+                  f"{res2['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+        gets, n = _single_stream(ep, bucket, "bench/")
+    mbs = res["bytes"] / res["seconds"] / 1e6
+    print(f"single-stream GET: {gets:.1f} MB/s over {n} segment objects")
+    print(f"cold consume: {mbs:.1f} MB/s = {mbs / gets:.2f} of it, broker CPU "
+          f"{res['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+    if base is not None:
+        bmbs = base["bytes"] / base["seconds"] / 1e6
+        print(f"cold consume, base tree: {bmbs:.1f} MB/s = {bmbs / gets:.2f}, broker CPU "
+              f"{base['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

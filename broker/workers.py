@@ -1,0 +1,270 @@
+"""``kafscale broker --workers N``: one broker process per core (docs/architecture.md,
+"Every core of a pod").
+
+The supervisor starts N full brokers: worker ``i`` is ``kafscale broker`` with the same
+flags and environment, but node id ``--node-id + i``, listening on ``--listen`` port + i,
+advertising ``--advertised-listener`` port + i and serving HTTP on ``--http`` port + i.
+They register in the shared metadata store like any brokers, so partitions and groups
+spread over them by rendezvous hashing and clients need no change: a Metadata response
+from any worker names all of them. The embedded metadata store belongs to one process,
+so there the default is one worker and more are refused (they need ``--meta etcd://``).
+
+The supervisor stops its workers by PID: SIGTERM/SIGINT is passed on as SIGTERM (each
+worker flushes and releases its partitions), a second one as SIGKILL. A worker that exits
+while the supervisor runs is restarted after ``RESTART_DELAY_S`` (a restarted worker
+waits for its previous lease, as any restarted broker); more than ``MAX_RESTARTS`` within
+``RESTART_WINDOW_S`` stop all workers and exit 1. Workers get SIGTERM if the supervisor
+itself dies (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+from broker.config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+RESTART_DELAY_S = 1.0
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+_PR_SET_PDEATHSIG = 1
+
+
+def available_cores() -> int:
+    """The cores this process may use: its CPU affinity, bounded by a cgroup v2 CPU quota
+    (``cpu.max``, what a Kubernetes CPU limit sets)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+class WorkersError(ValueError):
+    """A ``--workers`` setting that cannot run (a usage error)."""
+
+
+def worker_count(requested: int | None, meta_url: str) -> int:
+    """How many workers: ``requested``, else the available cores; one with the embedded
+    metadata store, which cannot be shared between processes."""
+    embedded = not meta_url.startswith("etcd://")
+    if requested is None:
+        return 1 if embedded else available_cores()
+    if requested < 1:
+        raise WorkersError("--workers must be at least 1")
+    if requested > 1 and embedded:
+        raise WorkersError(
+            "--workers > 1 needs a shared metadata store (--meta etcd://...): "
+            "the embedded store belongs to one process"
+        )
+    return requested
+
+
+def _with_port(value: tuple[str, int], offset: int) -> str:
+    host, port = value
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port + offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    """The flags that make worker ``index`` distinct from the others."""
+
+    index: int
+    node_id: int
+    listen: tuple[str, int]
+    advertised: tuple[str, int]
+    http: tuple[str, int] | None
+
+    def args(self) -> list[str]:
+        out = ["--workers", "1", "--node-id", str(self.node_id)]
+        out += ["--listen", _with_port(self.listen, 0)]
+        out += ["--advertised-listener", _with_port(self.advertised, 0)]
+        if self.http is not None:
+            out += ["--http", _with_port(self.http, 0)]
+        return out
+
+
+def plan_workers(
+    n: int,
+    node_id: int,
+    listen: tuple[str, int],
+    advertised: tuple[str, int],
+    http: tuple[str, int] | None,
+) -> list[WorkerPlan]:
+    """Worker ``i``: node id + i, every port + i."""
+
+    def shifted(hp: tuple[str, int], i: int) -> tuple[str, int]:
+        return hp[0], hp[1] + i
+
+    return [
+        WorkerPlan(
+            i,
+            node_id + i,
+            shifted(listen, i),
+            shifted(advertised, i),
+            None if http is None else shifted(http, i),
+        )
+        for i in range(n)
+    ]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class _Worker:
+    plan: WorkerPlan
+    proc: subprocess.Popen[bytes] | None = None
+    exits: deque[float] = field(default_factory=deque)
+    restart_at: float = 0.0
+
+
+class Supervisor:
+    """Runs the workers until a signal, or until one keeps failing."""
+
+    def __init__(self, base_argv: Sequence[str], plans: list[WorkerPlan]) -> None:
+        self.base_argv = list(base_argv)
+        self.workers = [_Worker(p) for p in plans]
+        self.stopping = 0  # signals received
+        self.failed = False
+
+    def _spawn(self, w: _Worker) -> None:
+        cmd = [sys.executable, "-m", "broker.cli", "broker", *self.base_argv, *w.plan.args()]
+        w.proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_die_with_parent)
+        log.info(
+            "worker %d started: pid %d, node id %d, %s",
+            w.plan.index,
+            w.proc.pid,
+            w.plan.node_id,
+            _with_port(w.plan.advertised, 0),
+        )
+
+    def _signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.stopping += 1
+        sig = signal.SIGTERM if self.stopping == 1 else signal.SIGKILL
+        log.info("signal %d: stopping %d workers (%s)", signum, len(self.workers), sig.name)
+        self._send(sig)
+
+    def _send(self, sig: signal.Signals) -> None:
+        for w in self.workers:
+            if w.proc is not None and w.proc.poll() is None:
+                try:
+                    os.kill(w.proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def _reaped(self, w: _Worker, code: int) -> None:
+        log.log(
+            logging.INFO if self.stopping else logging.WARNING,
+            "worker %d (pid %d) exited with %d",
+            w.plan.index,
+            w.proc.pid if w.proc else -1,
+            code,
+        )
+        w.proc = None
+        if self.stopping or self.failed:
+            return
+        now = time.monotonic()
+        w.exits.append(now)
+        while w.exits and now - w.exits[0] > RESTART_WINDOW_S:
+            w.exits.popleft()
+        if len(w.exits) > MAX_RESTARTS:
+            log.error("worker %d keeps exiting: stopping all workers", w.plan.index)
+            self.failed = True
+            self._send(signal.SIGTERM)
+            return
+        w.restart_at = now + RESTART_DELAY_S
+
+    def run(self) -> int:
+        """Event-driven: SIGCHLD, SIGTERM and SIGINT wake the loop through a wakeup fd;
+        the only timeout is a pending restart's delay."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        old_fd = signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda _s, _f: None)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._signal)
+        try:
+            for w in self.workers:
+                self._spawn(w)
+            while not self._step():
+                due = [w.restart_at for w in self.workers if w.proc is None]
+                timeout = max(0.0, min(due) - time.monotonic()) if due else None
+                if select.select([wake_r], [], [], timeout)[0]:
+                    os.read(wake_r, 512)
+        finally:
+            signal.set_wakeup_fd(old_fd)
+            os.close(wake_r)
+            os.close(wake_w)
+        return 1 if self.failed else 0
+
+    def _step(self) -> bool:
+        """Reap exited workers, restart those due; True once everything has stopped."""
+        for w in self.workers:
+            if w.proc is not None and (code := w.proc.poll()) is not None:
+                self._reaped(w, code)
+        done = self.stopping or self.failed
+        if done:
+            return all(w.proc is None for w in self.workers)
+        for w in self.workers:
+            if w.proc is None and time.monotonic() >= w.restart_at:
+                self._spawn(w)
+        return False
+
+
+def workers_for(argv: Sequence[str], config: BrokerConfig) -> int:
+    """The number of workers ``kafscale broker argv`` runs (raises WorkersError)."""
+    from broker.cli_broker import broker_parser
+
+    requested = vars(broker_parser().parse_args(argv))["workers"]
+    n = worker_count(requested, config.meta_url)
+    if n > 1 and config.security.listeners:
+        # named listeners (--listener) are not shifted per worker: one process binds them
+        if requested is None:
+            return 1
+        raise WorkersError(
+            "--workers > 1 cannot be combined with --listener (named listeners are not yet "
+            "given a port per worker): run one worker per pod, or use --listen"
+        )
+    return n
+
+
+def supervise(argv: Sequence[str], config: BrokerConfig, n: int) -> int:
+    """Run ``n`` workers of ``kafscale broker argv``; returns the exit code."""
+    from broker.cli_broker import hostport
+
+    http = None
+    if config.http:
+        hhost, hport = hostport(config.http)
+        http = (hhost, hport) if hport is not None else None
+    plans = plan_workers(
+        n,
+        config.node_id,
+        (config.listen_host, config.listen_port),
+        (config.advertised_host, config.advertised_port),
+        http,
+    )
+    log.info("starting %d broker workers, node ids %d..%d", n, plans[0].node_id, plans[-1].node_id)
+    return Supervisor(argv, plans).run()

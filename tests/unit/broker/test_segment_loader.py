@@ -1,0 +1,98 @@
+"""broker/segment_loader.py over a real LocalStore: shared loads, parallel ranged GETs,
+readahead into the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.meta.schema import SegmentMeta
+from broker.segment_loader import PART, READAHEAD, SegmentLoader
+from segments.cache import SegmentCache
+from segments.local_store import LocalStore
+from segments.store import ObjectNotFoundError, PreconditionFailedError
+
+
+class CountingStore(LocalStore):
+    """The real local store, counting GETs (whole and ranged)."""
+
+    def __init__(self, root: str, ranged: bool) -> None:
+        super().__init__(root)
+        self.parallel_ranged_gets = ranged
+        self.gets: list[tuple[str, int | None, int | None]] = []
+
+    async def get(
+        self, key: str, start: int | None = None, end: int | None = None,
+        if_match: str | None = None,
+    ) -> bytes:  # fmt: skip
+        self.gets.append((key, start, end))
+        return await super().get(key, start, end, if_match)
+
+
+async def _segment(store: LocalStore, key: str, size: int) -> tuple[bytes, SegmentMeta]:
+    data = os.urandom(size)
+    etag = await store.put_if_absent(key, [data])
+    return data, SegmentMeta(0, 0, size, 1, -1, etag, key)
+
+
+def _loader(store: LocalStore, cache: SegmentCache) -> SegmentLoader:
+    return SegmentLoader(lambda: store, lambda: cache)
+
+
+async def test_concurrent_readers_share_one_get(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    data, seg = await _segment(store, "t/0/a", 100_000)
+    loader = _loader(store, cache)
+    got = await asyncio.gather(*(loader.load("t/0/a", seg) for _ in range(5)))
+    assert all(g == data for g in got)
+    assert store.gets == [("t/0/a", None, None)]
+    cached = cache.get("t/0/a", seg.etag)
+    assert cached is not None and cached.data == data
+
+
+async def test_large_segments_come_as_parallel_ranged_gets(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=True), SegmentCache(1 << 30)
+    size = 2 * PART + 12_345
+    data, seg = await _segment(store, "t/0/big", size)
+    assert await _loader(store, cache).load("t/0/big", seg) == data
+    assert sorted(store.gets) == [
+        ("t/0/big", lo, min(lo + PART, size)) for lo in (0, PART, 2 * PART)
+    ]
+    # a manifest size that does not match the object: one whole GET instead
+    store.gets.clear()
+    wrong = SegmentMeta(0, 0, size + 1, 1, -1, seg.etag, "t/0/big")
+    assert await _loader(store, SegmentCache(1 << 30)).load("t/0/big", wrong) == data
+    assert store.gets[-1] == ("t/0/big", None, None)
+
+
+async def test_if_match_and_missing_objects_reach_the_reader(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=True), SegmentCache(1 << 30)
+    _data, seg = await _segment(store, "t/0/a", 3 * PART)
+    other = SegmentMeta(0, 0, seg.size, 1, -1, "crc32c-00000000-1", "t/0/a")
+    with pytest.raises(PreconditionFailedError):
+        await _loader(store, cache).load("t/0/a", other)
+    gone = SegmentMeta(0, 0, 10, 1, -1, "", "t/0/gone")
+    with pytest.raises(ObjectNotFoundError):
+        await _loader(store, cache).load("t/0/gone", gone)
+    assert cache.get("t/0/a") is None and cache.get("t/0/gone") is None
+
+
+async def test_readahead_fills_the_cache_and_drops_failures(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    segs = [await _segment(store, f"t/0/s{i}", 50_000) for i in range(READAHEAD + 1)]
+    missing = SegmentMeta(0, 0, 10, 1, -1, "", "t/0/missing")
+    loader = _loader(store, cache)
+    keyed = [("t/0/missing", missing)] + [(s.key, s) for _d, s in segs]
+    loader.readahead(keyed, whole_limit=1 << 30)
+    while loader._loading:  # noqa: SLF001 - wait for the background loads to finish
+        await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
+    assert cache.get("t/0/missing") is None
+    first = cache.get(segs[0][1].key, segs[0][1].etag)
+    assert first is not None and first.data == segs[0][0]  # within READAHEAD: loaded
+    assert cache.get(segs[-1][1].key) is None  # beyond READAHEAD: not
+    # a segment too large to read whole is never read ahead
+    loader.readahead([(segs[-1][1].key, segs[-1][1])], whole_limit=10)
+    assert not loader._loading  # noqa: SLF001

@@ -1,0 +1,183 @@
+"""The transaction coordinator over a real (embedded) metadata store, without a server:
+completion through the marker hand-off, takeover of a prepared transaction by another
+coordinator, transactional offsets reaching the group only on commit, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from broker.cluster import BrokerInfo
+from broker.meta.base import MetaStore, open_meta
+from broker.meta.schema import (
+    TXN_MARKERS_PREFIX,
+    MarkerRequest,
+    group_offset_key,
+    txn_offset_key,
+    txn_state_key,
+)
+from broker.txn_coordinator import TxnCoordinator
+from protocol.errors import ErrorCode as E
+from txncoord import TxnRecord, TxnState
+
+
+class OneBroker:
+    """The cluster view the coordinator uses: this broker alone, lease valid."""
+
+    def __init__(self, node_id: int) -> None:
+        self.me = BrokerInfo(node_id, "127.0.0.1", 9092)
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [self.me]
+
+    def add_listener(self, cb: Callable[[], None]) -> None:
+        pass
+
+    def lease_valid(self) -> bool:
+        return True
+
+
+class Ids:
+    def __init__(self) -> None:
+        self.next = 100
+
+    async def allocate(self) -> int:
+        self.next += 1
+        return self.next
+
+
+@pytest.fixture
+async def meta(tmp_path: Path) -> AsyncIterator[MetaStore]:
+    store = open_meta("embedded", data_dir=str(tmp_path))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def owners(meta: MetaStore, seen: list[tuple[str, MarkerRequest]]) -> AsyncIterator[None]:
+    """Partition owners: acknowledge every marker request (delete it) as it appears."""
+
+    async def run() -> None:
+        async for ev in meta.watch(TXN_MARKERS_PREFIX):
+            if ev.type == "put":
+                seen.append((ev.key, MarkerRequest.from_json(ev.value)))
+                await meta.delete(ev.key)
+
+    task = asyncio.create_task(run())
+    await asyncio.sleep(0)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def wait_state(meta: MetaStore, txn_id: str, state: TxnState) -> TxnRecord:
+    """The record once it reaches ``state`` (a watch on its key; generous deadline)."""
+    async with asyncio.timeout(30):
+        watch = meta.watch(txn_state_key(txn_id))
+        try:
+            kv = await meta.get(txn_state_key(txn_id))
+            if kv is not None and TxnRecord.from_json(kv.value).state == state:
+                return TxnRecord.from_json(kv.value)
+            async for ev in watch:
+                rec = TxnRecord.from_json(ev.value)
+                if rec.state == state:
+                    return rec
+        finally:
+            await watch.aclose()
+    raise AssertionError("watch ended")
+
+
+def coordinator(meta: MetaStore, node: int = 1) -> TxnCoordinator:
+    return TxnCoordinator(meta, OneBroker(node), Ids(), 60_000)  # type: ignore[arg-type]
+
+
+async def test_commit_with_offsets_goes_through_markers(meta: MetaStore) -> None:
+    c = coordinator(meta)
+    seen: list[tuple[str, MarkerRequest]] = []
+    async with owners(meta, seen):
+        err, pid, epoch = await c.init_producer_id("tx", 10_000, -1, -1)
+        assert (err, epoch) == (E.NONE, 0)
+        parts = frozenset({("t", 0), ("t", 1)})
+        assert await c.add_partitions("tx", pid, epoch, parts) == E.NONE
+        assert await c.add_offsets("tx", pid, epoch, "g") == E.NONE
+        rec = b'{"offset":7,"leader_epoch":-1,"metadata":"","commit_ts":1}'
+        assert await c.txn_offset_commit("tx", pid, epoch, "g", [("t", 0, rec)]) == E.NONE
+        assert await c.txn_offset_commit("tx", pid, epoch, "h", [("t", 0, rec)]) == (
+            E.INVALID_TXN_STATE  # group h was never added
+        )
+        assert await meta.get(group_offset_key("g", "t", 0)) is None  # pending only
+        assert await c.end_txn("tx", pid, epoch, True) == E.NONE
+    stored = (await c.load("tx")).record
+    assert stored is not None and stored.state == TxnState.COMPLETE_COMMIT
+    assert sorted(k for k, _ in seen) == [
+        f"{TXN_MARKERS_PREFIX}tx/t/0",
+        f"{TXN_MARKERS_PREFIX}tx/t/1",
+    ]
+    assert all(m.commit and m.producer_id == pid for _, m in seen)
+    got = await meta.get(group_offset_key("g", "t", 0))
+    assert got is not None and got.value == rec
+    assert await meta.get(txn_offset_key("tx", "g", "t", 0)) is None
+    assert await c.end_txn("tx", pid, epoch, True) == E.NONE  # a retry
+    await c.stop()
+
+
+async def test_another_coordinator_completes_a_prepared_abort(meta: MetaStore) -> None:
+    prepared = TxnRecord(
+        producer_id=5,
+        producer_epoch=3,
+        timeout_ms=10_000,
+        state=TxnState.PREPARE_ABORT,
+        partitions=frozenset({("t", 2)}),
+        groups=frozenset({"g"}),
+        started_ms=1,
+    )
+    await meta.put(txn_state_key("tx2"), prepared.to_json())  # its coordinator died here
+    pending = b'{"offset":9,"leader_epoch":-1,"metadata":"","commit_ts":1}'
+    await meta.put(txn_offset_key("tx2", "g", "t", 2), pending)
+    seen: list[tuple[str, MarkerRequest]] = []
+    c = coordinator(meta, node=2)
+    async with owners(meta, seen):
+        await c.check_once()  # the completion runs in the background
+        rec = await wait_state(meta, "tx2", TxnState.COMPLETE_ABORT)
+    assert not rec.partitions
+    assert [(k, m.commit, m.producer_epoch) for k, m in seen] == [
+        (f"{TXN_MARKERS_PREFIX}tx2/t/2", False, 3)
+    ]
+    assert await meta.get(group_offset_key("g", "t", 2)) is None  # aborted: never visible
+    assert await meta.get(txn_offset_key("tx2", "g", "t", 2)) is None
+    await c.stop()
+
+
+async def test_timeout_aborts_and_fences(meta: MetaStore) -> None:
+    c = coordinator(meta)
+    seen: list[tuple[str, MarkerRequest]] = []
+    async with owners(meta, seen):
+        err, pid, epoch = await c.init_producer_id("tx3", 1, -1, -1)
+        assert await c.add_partitions("tx3", pid, epoch, frozenset({("t", 0)})) == E.NONE
+        await asyncio.sleep(0.05)  # past its 1 ms timeout
+        await c.check_once()
+        rec = await wait_state(meta, "tx3", TxnState.COMPLETE_ABORT)
+    assert rec.producer_epoch == epoch + 1  # the marker's epoch fences the producer
+    assert seen[0][1].producer_epoch == epoch + 1 and not seen[0][1].commit
+    assert await c.end_txn("tx3", pid, epoch, True) == E.PRODUCER_FENCED
+    await c.stop()
+
+
+async def test_stale_writer_loses_the_compare_and_set(meta: MetaStore) -> None:
+    a, b = coordinator(meta, 1), coordinator(meta, 2)
+    err, pid, epoch = await a.init_producer_id("tx4", 10_000, -1, -1)
+    before = await a.load("tx4")
+    err, pid2, epoch2 = await b.init_producer_id("tx4", 10_000, -1, -1)  # a new instance
+    assert (err, pid2, epoch2) == (E.NONE, pid, epoch + 1)
+    assert before.record is not None
+    assert await a._save("tx4", before, before.record) is None  # noqa: SLF001
+    assert await a.add_partitions("tx4", pid, epoch, frozenset({("t", 0)})) == E.PRODUCER_FENCED
