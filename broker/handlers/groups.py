@@ -119,10 +119,13 @@ def client_host(ctx: RequestContext) -> str:
 
 def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
     if key_type == 1:  # a transactional id (docs/architecture.md, transactions)
+        if not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
         if ctx.broker.txns is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         info = ctx.broker.txns.coordinator_of(key)
-        return ErrorCode.NONE, info.node_id, info.host, info.port
+        host, port = info.address(listener_name(ctx))
+        return ErrorCode.NONE, info.node_id, host, port
     if key_type != 0:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     if ctx.broker.groups is None:

@@ -14,7 +14,9 @@ reading while its produces wait. acks=0 gets no response.
 
 Transactional batches are admitted by ``broker.txn_produce`` first (the producer's
 transaction must be ongoing with this partition in it; docs/architecture.md,
-"Transactions"); a refused one leaves the partition unchanged.
+"Transactions"); a refused one leaves the partition unchanged. With an authorizer, a
+request carrying transactional batches needs WRITE on its transactional id, else every
+partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as in Kafka).
 
 Deviations: v0-2 magic 0/1 message sets are converted to v2 batches on arrival (one
 copy). The request
@@ -39,7 +41,13 @@ from broker.handlers.registry import Encoded, RequestContext, handler_failed
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
 from broker.partition import AppendError, PartitionLog
-from broker.security.authz import Operation, ResourceType, allowed, may_create_topic
+from broker.security.authz import (
+    Operation,
+    ResourceType,
+    allowed,
+    authorizer_of,
+    may_create_topic,
+)
 from broker.topic_validation import is_valid_topic_name
 from broker.txn_produce import append_transactional, transactional_header
 from protocol.batch import (
@@ -228,11 +236,28 @@ async def _partition(
         return _Outcome(part.index, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
+def _txn_denied(ctx: RequestContext, request: ProduceRequestData) -> bool:
+    """Transactional batches without WRITE on the transactional id (only looked for when
+    an authorizer is on)."""
+    if authorizer_of(ctx) is None:
+        return False
+    tid = request.transactional_id
+    if tid is not None and allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return False
+    return any(
+        transactional_header(p.records) is not None for t in request.topics for p in t.partitions
+    )
+
+
 async def produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
     version = ctx.header.api_version
     results: list[tuple[str, list[_Outcome]]] = []
-    if request.acks not in (0, 1, -1):
-        code = ErrorCode.INVALID_REQUIRED_ACKS
+    if request.acks not in (0, 1, -1) or _txn_denied(ctx, request):
+        code = (
+            ErrorCode.INVALID_REQUIRED_ACKS
+            if request.acks not in (0, 1, -1)
+            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
         for t in request.topics:
             results.append((t.name, [_Outcome(p.index, code) for p in t.partitions]))
     else:

@@ -20,6 +20,15 @@ the decision is durable and writes markers afterwards): the next transaction nev
 meets CONCURRENT_TRANSACTIONS. A transactional id this
 broker does not coordinate gets NOT_COORDINATOR; metadata-store failures answer
 COORDINATOR_NOT_AVAILABLE (retriable).
+
+Authorization (docs/operations.md, "ACLs"), Kafka's checks in Kafka's order: WRITE on the
+transactional id for InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request); then
+AddPartitionsToTxn WRITE on each topic (TOPIC_AUTHORIZATION_FAILED, the rest
+OPERATION_NOT_ATTEMPTED), AddOffsetsToTxn READ on the group, TxnOffsetCommit READ on the
+group then READ on each topic (per topic). DescribeTransactions needs DESCRIBE on each id
+and lists only the topics the principal may DESCRIBE; ListTransactions lists only ids
+it may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from kafka.protocol.producer.transaction import (
 
 from broker.handlers.groups import coordinator, group_error
 from broker.handlers.registry import Handler, RequestContext
+from broker.security.authz import Operation, ResourceType, allowed
 from broker.txn_coordinator import TxnCoordinator, now_ms
 from groupcoord import OffsetRecord
 from protocol.errors import ErrorCode
@@ -79,9 +89,17 @@ def guarded(fallback: Fallback) -> Callable[[Handler], Handler]:
     return wrap
 
 
+def _may_write(ctx: RequestContext, txn_id: str | None) -> bool:
+    return allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id or "")
+
+
 def _coordinator(
-    ctx: RequestContext, txn_id: str | None
+    ctx: RequestContext, txn_id: str | None, describe: bool = False
 ) -> tuple[TxnCoordinator | None, ErrorCode]:
+    """The coordinator for a request that writes ``txn_id`` (WRITE on it checked first;
+    ``describe``: the caller checked DESCRIBE instead)."""
+    if not describe and not _may_write(ctx, txn_id):
+        return None, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     txns = ctx.broker.txns
     if txns is None:
         return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -151,9 +169,16 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     errors: dict[tuple[str, int], ErrorCode] = {}
     for t in topics or []:
         info = ctx.broker.topics.get(t.name)
+        may = allowed(ctx, Operation.WRITE, ResourceType.TOPIC, t.name)
         for p in t.partitions or []:
             known = info is not None and 0 <= p < info.partitions
-            errors[(t.name, p)] = ErrorCode.NONE if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            errors[(t.name, p)] = (
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if not may
+                else ErrorCode.NONE
+                if known
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
     if any(e != ErrorCode.NONE for e in errors.values()):
         errors = {
             tp: (e if e != ErrorCode.NONE else ErrorCode.OPERATION_NOT_ATTEMPTED)
@@ -179,6 +204,8 @@ def _plain(cls: Any) -> Fallback:
 @guarded(_plain(AddOffsetsToTxnResponse))
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     txns, err = _coordinator(ctx, request.transactional_id)
+    if txns is not None and not allowed(ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        txns, err = None, ErrorCode.GROUP_AUTHORIZATION_FAILED
     if txns is not None:
         err = await txns.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
@@ -227,7 +254,11 @@ def _offset_keys(request: Any, err: ErrorCode) -> dict[tuple[str, int], ErrorCod
 
 @guarded(lambda ctx, r, e: _offsets_response(r, _offset_keys(r, e)))
 async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
-    err = group_error(ctx, request.group_id)
+    err = (
+        group_error(ctx, request.group_id)
+        if _may_write(ctx, request.transactional_id)
+        else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    )
     txns = ctx.broker.txns
     if err is None and txns is None:
         err = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -248,7 +279,11 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     stamp = now_ms()
     for t in request.topics or []:
         info = ctx.broker.topics.get(t.name)
+        may = allowed(ctx, Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions or []:
+            if not may:
+                errors[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if info is None or not 0 <= p.partition_index < info.partitions:
                 errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -274,7 +309,10 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
     states = []
     for tid in request.transactional_ids or []:
-        txns, err = _coordinator(ctx, tid)
+        if allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            txns, err = _coordinator(ctx, tid, describe=True)
+        else:
+            txns, err = None, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         rec = None
         if txns is not None:
             try:
@@ -300,7 +338,8 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, p in sorted(rec.partitions):
-            by_topic.setdefault(topic, []).append(p)
+            if allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
+                by_topic.setdefault(topic, []).append(p)
         states.append(
             _Described(
                 error_code=0,
@@ -345,6 +384,8 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Any:
     for tid, rec in listed:
         if not txns.owns(tid):
             continue  # as in Kafka: each coordinator lists its own
+        if not allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            continue
         if wanted and rec.state.value not in wanted:
             continue
         if pids and rec.producer_id not in pids:
