@@ -6,8 +6,9 @@ the newest segments' batch headers read when it was. A partition this broker doe
 own answers NOT_LEADER_OR_FOLLOWER (the client asks the leader Metadata names), an
 unknown one UNKNOWN_TOPIC_OR_PARTITION.
 
-Deviations: the last timestamp is not tracked (-1); there are no transactions yet, so the
-coordinator epoch is -1 and the current transaction start offset -1.
+Deviations: the last timestamp and the coordinator epoch are not tracked (-1). The
+current transaction start offset is the open transaction's first offset as the owner
+recorded it (a lower bound: the committed log end when its first batch was admitted).
 
 Authorization (docs/operations.md, "ACLs"), as in Kafka: READ on the topic, else each of
 its partitions answers TOPIC_AUTHORIZATION_FAILED (checked before existence).
@@ -20,7 +21,9 @@ from typing import Any
 from kafka.protocol.admin import DescribeProducersResponse
 
 from broker.handlers.registry import RequestContext
+from broker.meta.base import MetaStoreError
 from broker.security.authz import Operation, ResourceType, allowed
+from broker.txn_partition import state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 
 _Topic = DescribeProducersResponse.TopicResponse
@@ -45,6 +48,13 @@ async def _partition(ctx: RequestContext, topic: str, p: int) -> Any:
             error_message=exc.message or None,
             active_producers=[],
         )
+    try:  # open transactions (broker/txn_partition.py)
+        txns = await state_of(ctx.broker.logs.meta, lg)
+    except MetaStoreError as exc:  # retriable
+        code = ErrorCode.KAFKA_STORAGE_ERROR
+        return _Part(
+            partition_index=p, error_code=int(code), error_message=str(exc), active_producers=[]
+        )
     states = [
         _State(
             producer_id=pid,
@@ -52,7 +62,7 @@ async def _partition(ctx: RequestContext, topic: str, p: int) -> Any:
             last_sequence=last_seq,
             last_timestamp=-1,
             coordinator_epoch=-1,
-            current_txn_start_offset=-1,
+            current_txn_start_offset=txns.open[pid].first if pid in txns.open else -1,
         )
         for pid, epoch, last_seq in sorted(lg.producers.describe())
     ]

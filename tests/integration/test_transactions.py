@@ -107,6 +107,20 @@ def test_commit_abort_and_isolation(txn_broker: BrokerProcess) -> None:
     assert max(o for _, o, _ in rc) >= 20
 
 
+def txn_start_offset(bootstrap: str, topic: str) -> int:
+    """The current transaction start offset DescribeProducers gives for partition 0's one
+    producer (kafka-python's admin client)."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        (active,) = admin.describe_producers([KTP(topic, 0)])[KTP(topic, 0)].active_producers
+        return int(active.current_transaction_start_offset)
+    finally:
+        admin.close()
+
+
 def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> None:
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -126,8 +140,10 @@ def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> Non
     assert latest(IsolationLevel.READ_UNCOMMITTED) == 10
     assert latest(IsolationLevel.READ_COMMITTED) == 0
     assert consume_all(bootstrap, topic, 1, "read_committed", 0) == []
+    assert txn_start_offset(bootstrap, topic) == 0  # DescribeProducers: the open transaction
     p.commit_transaction(TIMEOUT)
     assert latest(IsolationLevel.READ_COMMITTED) == 11  # 10 records + the commit marker
+    assert txn_start_offset(bootstrap, topic) == -1
     assert len(consume_all(bootstrap, topic, 1, "read_committed", 10)) == 10
 
 
