@@ -203,6 +203,14 @@ class ZCluster:
             time.sleep(0.1)
 
 
+def _log_tail(text: str, lines: int = 80) -> str:
+    """The last ``lines`` lines of a broker log, without the reconnect chatter an outage
+    repeats many times a second (what the broker decided stays visible)."""
+    noise = ("etcd unavailable (", "resync failed", "watch failed (", "lease refresh failed")
+    kept = [line for line in text.splitlines() if not any(n in line for n in noise)]
+    return "\n".join(kept[-lines:])
+
+
 @contextlib.contextmanager
 def running(c: ZCluster) -> Iterator[ZCluster]:
     """Yield ``c``; then stop every broker by its PID, print the tail of each log, and
@@ -212,7 +220,7 @@ def running(c: ZCluster) -> Iterator[ZCluster]:
     finally:
         c.close()
         for n, b in c.brokers.items():
-            print(f"--- node {n} ---\n{b.log_text()[-6000:]}")
+            print(f"--- node {n} ---\n{_log_tail(b.log_text())}")
     for b in c.brokers.values():
         assert "Traceback" not in b.log_text()
 
