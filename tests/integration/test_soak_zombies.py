@@ -102,6 +102,7 @@ def wait_rejoined(zc: ZCluster, topic: str) -> None:
     from tests.integration import kafka_raw as kr
 
     deadline = time.monotonic() + WAIT
+    views: list[set[int]] = []
     while time.monotonic() < deadline:  # other processes' views: polled
         views = [
             {b.node_id for b in kr.metadata(zc.brokers[n].port, [topic]).brokers} for n in zc.live()
@@ -109,7 +110,7 @@ def wait_rejoined(zc: ZCluster, topic: str) -> None:
         if all(v == {1, 2, 3} for v in views):
             return
         time.sleep(0.2)
-    raise AssertionError("the woken broker never rejoined")
+    raise AssertionError(f"the woken broker never rejoined: brokers seen by each {views}")
 
 
 def test_soak_repeated_zombies_lose_nothing(zc: ZCluster) -> None:
