@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 TIMEOUT = 60.0
 CORRUPT_MESSAGE, INVALID_RECORD = 2, 87
-KEYS = 1000
+KEYS = 10_000  # as the issue asks: 10k keys, many versions, some tombstones
 ROUNDS = 5
 FAST = ("--merge-interval-ms", "200", "--segment-delete-grace-ms", "500")
 Row = tuple[int, bytes | None, bytes | None]
