@@ -85,3 +85,23 @@ def test_service_monitor_selects_the_broker_service_and_its_metrics_port() -> No
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     target = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
     assert target["targetPort"] == "http"
+
+
+def test_the_security_overlay_runs_one_worker_with_its_named_listeners() -> None:
+    """``--workers`` above 1 with ``--listener`` is refused (broker/workers.py): the overlay
+    that adds named listeners must bring the base's worker count back to one."""
+    from broker.cli_broker import config_from_args
+    from broker.workers import workers_for
+
+    base = {e["name"]: e.get("value") for e in _one("Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["env"]}  # fmt: skip
+    patch = yaml.safe_load((K8S / "security" / "broker-security.yaml").read_text())
+    env = {**base}
+    env.update({e["name"]: e.get("value") for e in patch["spec"]["template"]["spec"][
+        "containers"][0]["env"]})  # fmt: skip
+    assert env["KAFSCALE_WORKERS"] == "1" and "KAFSCALE_LISTENER" in env
+    argv = [
+        "--meta", "etcd://etcd:2379", "--workers", env["KAFSCALE_WORKERS"],
+        *(a for item in env["KAFSCALE_LISTENER"].split(",") for a in ("--listener", item)),
+    ]  # fmt: skip
+    assert workers_for(argv, config_from_args(argv)[0]) == 1
