@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
-exec .venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@"
+exec .venv/bin/python -m pytest -q -rfEs -p no:cacheprovider "$@"
