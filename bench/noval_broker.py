@@ -9,24 +9,7 @@ validation a client can poison a partition.
 
 from __future__ import annotations
 
-import dataclasses
-import sys
-
-import broker.cli_broker as cli
-from broker.config import BrokerConfig
-
-_parse = cli.config_from_args
-
-
-def _unvalidated(argv: list[str]) -> tuple[BrokerConfig, str]:
-    config, level = _parse(argv)
-    return dataclasses.replace(config, validate_records=False), level
-
-
-cli.config_from_args = _unvalidated
+from bench.patched_broker import run_with
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[:1] == ["broker"]:  # invoked like ``kafscale broker ...``
-        args = args[1:]
-    raise SystemExit(cli.main(args))
+    raise SystemExit(run_with(validate_records=False))
