@@ -12,8 +12,9 @@ aetcd has no background lease keep-alive: callers refresh leases themselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aetcd
@@ -51,6 +52,18 @@ _TARGETS = {
     "mod_revision": rpc.Compare.MOD,
 }
 _CONNECTION_CODES = (rpc.StatusCode.UNAVAILABLE,)
+
+
+@contextlib.asynccontextmanager
+async def _stream_deadline(seconds: float, what: str) -> AsyncIterator[None]:
+    """Bound the steps of a gRPC stream by our own clock. grpc.aio makes a stream's first
+    write wait, with no deadline, until its headers are sent; a stream whose channel is
+    closed under it before that (another call dropped it) would wait forever."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise MetaStoreError(f"etcd {what} got no answer within {seconds:g}s") from None
 
 
 class EtcdStore:
@@ -295,9 +308,10 @@ class EtcdStore:
         async def run(c: aetcd.Client) -> int:
             call = c.leasestub.LeaseKeepAlive(timeout=self._timeout, metadata=c.metadata)
             try:
-                await call.write(req)
-                await call.done_writing()
-                resp = await call.read()
+                async with _stream_deadline(self._timeout, "lease keep-alive"):
+                    await call.write(req)
+                    await call.done_writing()
+                    resp = await call.read()
             finally:
                 call.cancel()
             if resp is EOF or resp.TTL <= 0:
@@ -337,7 +351,8 @@ class EtcdStore:
         call = rpc.WatchStub(client.channel).Watch(metadata=client.metadata)
         cut = len(self._bprefix)
         try:
-            await call.write(rpc.WatchRequest(create_request=create))
+            async with _stream_deadline(self._timeout, "watch"):
+                await call.write(rpc.WatchRequest(create_request=create))
             while True:
                 resp = await call.read()
                 if resp is EOF:
@@ -361,6 +376,13 @@ class EtcdStore:
             if exc.code() in _CONNECTION_CODES:
                 await self._drop(client)
             raise MetaStoreError(f"etcd watch failed: {exc.details()}") from exc
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # our consumer is being cancelled
+            # the shared channel was closed under the watch (another call failed with a
+            # connection error and dropped it): a failed watch, not a cancellation
+            raise MetaStoreError("etcd channel closed under the watch") from None
         finally:
             call.cancel()
 
