@@ -56,9 +56,9 @@ _CONNECTION_CODES = (rpc.StatusCode.UNAVAILABLE,)
 
 @contextlib.asynccontextmanager
 async def _stream_deadline(seconds: float, what: str) -> AsyncIterator[None]:
-    """Bound the steps of a gRPC stream by our own clock. grpc.aio makes a stream's first
-    write wait, with no deadline, until its headers are sent; a stream whose channel is
-    closed under it before that (another call dropped it) would wait forever."""
+    """Bound steps of a gRPC stream by our own clock. grpc.aio makes a stream's first
+    write wait, with no deadline, until its headers are sent: forever if its channel is
+    closed before that (another call dropped it)."""
     try:
         async with asyncio.timeout(seconds):
             yield
@@ -306,11 +306,15 @@ class EtcdStore:
         req = rpc.LeaseKeepAliveRequest(ID=lease_id)
 
         async def run(c: aetcd.Client) -> int:
-            call = c.leasestub.LeaseKeepAlive(timeout=self._timeout, metadata=c.metadata)
+            # the request as an iterator, written by grpc.aio's own task: a write of ours
+            # would wait, with no deadline, until the stream's headers are sent, and
+            # forever if the channel is closed before that (another call dropped it);
+            # this way the read ends in CancelledError and _call retries on a new channel
+            call = c.leasestub.LeaseKeepAlive(
+                iter((req,)), timeout=self._timeout, metadata=c.metadata
+            )
             try:
                 async with _stream_deadline(self._timeout, "lease keep-alive"):
-                    await call.write(req)
-                    await call.done_writing()
                     resp = await call.read()
             finally:
                 call.cancel()
