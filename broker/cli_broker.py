@@ -220,6 +220,12 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         int,
         "largest transaction.timeout.ms a producer may ask for (default 900000)",
     ),
+    (
+        "transactional-id-expiration-ms",
+        "transactional_id_expiration_ms",
+        int,
+        "a transactional id idle this long is forgotten (default 604800000, 7 days; 0: never)",
+    ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
     ("log-format", "", str, "text (default) or json: one JSON object per line"),
     (

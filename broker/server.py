@@ -203,7 +203,11 @@ class Broker:
     def _start_transactions(self) -> None:
         """The transaction coordinator and the marker writer (docs/architecture.md)."""
         self.txns = TxnCoordinator(
-            self.meta, self.cluster, self.producer_ids, self.config.transaction_max_timeout_ms
+            self.meta,
+            self.cluster,
+            self.producer_ids,
+            self.config.transaction_max_timeout_ms,
+            self.config.transactional_id_expiration_ms,
         )
         self.txns.start()
         self.markers = MarkerWriter(self.meta, self.logs, self.cluster)
