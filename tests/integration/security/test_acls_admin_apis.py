@@ -245,6 +245,26 @@ def test_update_features_needs_alter_cluster(world: World) -> None:
     assert [r.error_code for r in denied.results] == [CLUSTER_AUTHZ]
 
 
+def test_write_txn_markers_needs_cluster_action(world: World) -> None:
+    from kafka.protocol.producer.transaction import (
+        WriteTxnMarkersRequest,
+        WriteTxnMarkersResponse,
+    )
+
+    _carol, dave = users(world)
+    M = WriteTxnMarkersRequest.WritableTxnMarker
+    marker = M(
+        producer_id=1,
+        producer_epoch=0,
+        transaction_result=False,
+        topics=[M.WritableTxnMarkerTopic(name=world.topic, partition_indexes=[0])],
+        coordinator_epoch=0,
+    )
+    resp = world.call(dave, WriteTxnMarkersRequest(markers=[marker]), WriteTxnMarkersResponse, 1)
+    codes = [p.error_code for m in resp.markers for t in m.topics for p in t.partitions]
+    assert codes == [CLUSTER_AUTHZ]
+
+
 def heartbeat(
     w: World, user: str, group: str, topics: list[str] | None, regex: str | None = None
 ) -> Any:
