@@ -121,15 +121,12 @@ def txn_start_offset(bootstrap: str, topic: str) -> int:
         admin.close()
 
 
-def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> None:
-    from confluent_kafka import IsolationLevel, TopicPartition
+def latest_offsets(bootstrap: str, topic: str) -> Any:
+    """``latest(level)``: partition 0's latest offset under an isolation level
+    (confluent-kafka's admin ListOffsets)."""
+    from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    bootstrap = txn_broker.bootstrap
-    topic = unique_topic("txn-open")
-    create_topic(bootstrap, topic, 1)
-    p = txn_producer(bootstrap, f"tx-{uuid.uuid4().hex[:6]}")
-    produce_txn(p, topic, 1, "open", 10)  # flushed, not committed
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = TopicPartition(topic, 0)
 
@@ -137,6 +134,18 @@ def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> Non
         fut = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
         return int(fut[tp].result(TIMEOUT).offset)
 
+    return latest
+
+
+def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> None:
+    from confluent_kafka import IsolationLevel
+
+    bootstrap = txn_broker.bootstrap
+    topic = unique_topic("txn-open")
+    create_topic(bootstrap, topic, 1)
+    p = txn_producer(bootstrap, f"tx-{uuid.uuid4().hex[:6]}")
+    produce_txn(p, topic, 1, "open", 10)  # flushed, not committed
+    latest = latest_offsets(bootstrap, topic)
     assert latest(IsolationLevel.READ_UNCOMMITTED) == 10
     assert latest(IsolationLevel.READ_COMMITTED) == 0
     assert consume_all(bootstrap, topic, 1, "read_committed", 0) == []
@@ -151,8 +160,7 @@ def test_admin_aborts_a_hanging_transaction(txn_broker: BrokerProcess) -> None:
     """KIP-664 (``kafka-transactions.sh abort``): kafka-python's admin finds the open
     transaction with DescribeProducers and aborts it with WriteTxnMarkers; read_committed
     readers move past it and never see its records, and a later transaction commits."""
-    from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka import IsolationLevel
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KTP
     from kafka.admin import AbortTransactionSpec
@@ -162,13 +170,7 @@ def test_admin_aborts_a_hanging_transaction(txn_broker: BrokerProcess) -> None:
     create_topic(bootstrap, topic, 1)
     p = txn_producer(bootstrap, f"tx-{uuid.uuid4().hex[:6]}")
     produce_txn(p, topic, 1, "hang", 10)  # flushed, never ended by its producer
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    tp = TopicPartition(topic, 0)
-
-    def latest(level: Any) -> int:
-        fut = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
-        return int(fut[tp].result(TIMEOUT).offset)
-
+    latest = latest_offsets(bootstrap, topic)
     assert latest(IsolationLevel.READ_COMMITTED) == 0
     kadmin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
