@@ -289,6 +289,10 @@ def workers_for(argv: Sequence[str], config: BrokerConfig) -> int:
     from broker.cli_broker import broker_parser
 
     requested = vars(broker_parser().parse_args(argv))["workers"]
+    if requested is None and config.security is not None and config.security.listeners:
+        # named listeners usually sit on neighbouring ports (9093, 9094, ...), which
+        # worker i's port + i would collide with: more workers only when asked for
+        return 1
     return worker_count(requested, config.meta_url)
 
 

@@ -59,6 +59,7 @@ def test_named_listeners_move_with_the_worker() -> None:
             "--advertised-listener", "SASL_SSL://pod:9192",
             "--advertised-listener", "SSL://pod:9292",
             "--ssl-cert", "c.pem", "--ssl-key", "k.pem"]  # fmt: skip
+    assert workers_for(base, config_from_args(base)[0]) == 1  # by default: one
     argv = [*base, "--workers", "2"]
     assert workers_for(argv, config_from_args(argv)[0]) == 2
     plans = plan_workers(2, config_from_args(base)[0])
