@@ -220,6 +220,12 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         int,
         "largest transaction.timeout.ms a producer may ask for (default 900000)",
     ),
+    (
+        "transactional-id-expiration-ms",
+        "transactional_id_expiration_ms",
+        int,
+        "a transactional id idle this long is forgotten (default 604800000, 7 days; 0: never)",
+    ),
     ("log-level", "", str, "DEBUG, INFO (default), WARNING"),
     ("log-format", "", str, "text (default) or json: one JSON object per line"),
     (
@@ -228,6 +234,13 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         int,
         "broker processes to run, node ids and ports + 0..N-1 (default: the cores available;"
         " 1 with the embedded metadata store; docs/operations.md)",
+    ),
+    (
+        "port-offset",
+        "",
+        int,
+        "added to every listening, advertised and HTTP port (default 0; --workers gives"
+        " worker i offset i)",
     ),
 ]
 
@@ -291,7 +304,12 @@ def config_from_args(argv: Sequence[str]) -> tuple[BrokerConfig, str]:
     if "flush_interval_ms" not in values:  # measured defaults (docs/benchmarks.md)
         s3 = str(values.get("store_url", "")).startswith("s3://")
         values["flush_interval_ms"] = S3_FLUSH_INTERVAL_MS if s3 else LOCAL_FLUSH_INTERVAL_MS
-    return BrokerConfig(**values), str(args["log_level"] or "INFO")
+    config = BrokerConfig(**values)
+    if args["port_offset"]:
+        from broker.workers import shift_ports
+
+        config = shift_ports(config, int(args["port_offset"]))
+    return config, str(args["log_level"] or "INFO")
 
 
 M_MMAP_THRESHOLD = -3  # glibc mallopt parameter

@@ -100,6 +100,9 @@ class Cluster:
         self.stats = {"lease_refreshes": 0, "lease_losses": 0, "max_refresh_gap_s": 0.0}
         # told how late each keep-alive wake-up was (broker/log_metrics.py, /healthz)
         self.on_keepalive: Callable[[float], None] = _ignore
+        # loop time the lease refresh in flight was sent (None: none in flight); a refresh
+        # that never returns would let the lease expire unnoticed (/healthz reports it)
+        self.refresh_since: float | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -205,12 +208,15 @@ class Cluster:
             gap = sent - last
             if gap > self.stats["max_refresh_gap_s"]:
                 self.stats["max_refresh_gap_s"] = gap
+            self.refresh_since = sent
             try:
                 ttl = await self.meta.refresh_lease(self.lease_id)
+                self.refresh_since = None
                 self._lease_until = sent + (ttl if ttl > 0 else self.config.lease_ttl_s)
                 self.stats["lease_refreshes"] += 1
                 last = sent
             except LeaseExpiredError:
+                self.refresh_since = None
                 self._lease_until = 0.0
                 self.stats["lease_losses"] += 1
                 log.error("broker lease expired: dropping all ownership and re-registering")
@@ -219,6 +225,7 @@ class Cluster:
                 await self._reregister()
                 last = loop.time()
             except MetaStoreError as exc:
+                self.refresh_since = None
                 log.warning("lease refresh failed: %s", exc)
 
     async def _reregister(self) -> None:

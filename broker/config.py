@@ -75,6 +75,8 @@ class BrokerConfig:
     group_consumer_migration_policy: str = "bidirectional"
     # transactions (issue 9): Kafka's transaction.max.timeout.ms
     transaction_max_timeout_ms: int = 900_000
+    # Kafka's transactional.id.expiration.ms: an id idle this long is forgotten (0: never)
+    transactional_id_expiration_ms: int = 604_800_000
 
     @staticmethod
     def new_cluster_id() -> str:

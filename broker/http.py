@@ -2,8 +2,10 @@
 
 - ``/healthz`` (liveness): 200 while the event loop keeps up; 503 when the lease
   keep-alive last woke more than ``LIVENESS_DELAY_S`` past its schedule (a starved loop;
-  a wedged one does not answer at all, which the probe's timeout catches). A metadata
-  store outage does not fail it: restarting would not help;
+  a wedged one does not answer at all, which the probe's timeout catches), or when a lease
+  refresh has been in flight for ``KEEPALIVE_STUCK_S`` (a hung call: the lease would run
+  out unnoticed). A metadata store outage does not fail it (each failed refresh returns
+  within the store's timeout): restarting would not help;
 - ``/readyz`` (readiness): 200 while the broker is registered and serving (started, and
   its lease confirmed by the metadata store), 503 otherwise;
 - ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`
@@ -35,6 +37,7 @@ TEXT = "text/plain"
 SHUTDOWN_TIMEOUT_S = 2.0  # a scrape in progress at broker shutdown gets this long
 GROUP_REFRESH_S = 5.0  # a scrape waits at most this long for the consumer-group figures
 LIVENESS_DELAY_S = 5.0  # a keep-alive wake-up later than this: the loop is starved
+KEEPALIVE_STUCK_S = 60.0  # a lease refresh in flight longer than this: it hangs
 
 
 class HttpServer:
@@ -100,11 +103,21 @@ class HttpServer:
 
 def liveness_problem(broker: Broker) -> str:
     """Why the broker's event loop looks starved or wedged ("" when it does not)."""
-    woke, delay = broker.log_metrics.last_keepalive
-    if not woke:  # not started yet (the keep-alive starts with the cluster)
-        return ""
-    if delay > LIVENESS_DELAY_S:
-        return f"lease keep-alive woke {delay:.1f} s late"
+    _woke, delay = broker.log_metrics.last_keepalive
+    since = broker.cluster.refresh_since
+    stuck = asyncio.get_running_loop().time() - since if since is not None else 0.0
+    return keepalive_problem(delay, stuck)
+
+
+def keepalive_problem(late_s: float, stuck_s: float) -> str:
+    """The liveness verdict: the keep-alive last woke ``late_s`` past its schedule (a
+    starved loop), or its lease refresh has been in flight for ``stuck_s`` (a call that
+    never returns: the lease would expire unnoticed and the broker never re-register;
+    every store call is bounded far below ``KEEPALIVE_STUCK_S``, outages included)."""
+    if late_s > LIVENESS_DELAY_S:
+        return f"lease keep-alive woke {late_s:.1f} s late"
+    if stuck_s > KEEPALIVE_STUCK_S:
+        return f"lease refresh in flight for {stuck_s:.0f} s"
     return ""
 
 

@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import signal
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker import faults
@@ -26,8 +27,10 @@ from broker.meta.base import Compare, MetaStore, Put, open_meta
 from broker.meta.schema import CLUSTER_ID_KEY, PRODUCER_ID_KEY
 from broker.quotas import QuotaStore
 from broker.request_metrics import RequestRecorder
+from broker.security.acl import Operation, ResourceType
 from broker.security.config import Listener
 from broker.security.manager import SecurityManager
+from broker.security.sasl import ANONYMOUS
 from broker.telemetry import Telemetry
 from broker.topics import TopicManager
 from broker.txn_coordinator import TxnCoordinator
@@ -188,13 +191,27 @@ class Broker:
         """The bound port of listener ``name``."""
         return int(self._servers[name].sockets[0].getsockname()[1])
 
+    def _topic_describable(self) -> Callable[[str, str, str], bool] | None:
+        """(principal, host, topic) -> DESCRIBE allowed, for KIP-848 regex subscriptions;
+        None without an authorizer."""
+        authorizer = self.security.authorizer
+        if authorizer is None:
+            return None
+
+        def describable(principal: str, host: str, topic: str) -> bool:
+            return authorizer.authorize(
+                principal or ANONYMOUS, host, Operation.DESCRIBE, ResourceType.TOPIC, topic
+            )
+
+        return describable
+
     async def _start_groups(self) -> GroupCoordinator:
         coordinator = GroupCoordinator(
             MetaGroupStore(self.meta),
             GroupConfig.from_broker(self),
             owns_group=self.cluster.owns_group,
             consumer_topics=self.topics,
-            consumer_config=consumer_group_config(self.config),
+            consumer_config=consumer_group_config(self.config, self._topic_describable()),
         )
         self.cluster.add_listener(coordinator.drop_unowned)
         await coordinator.start()
@@ -203,7 +220,11 @@ class Broker:
     def _start_transactions(self) -> None:
         """The transaction coordinator and the marker writer (docs/architecture.md)."""
         self.txns = TxnCoordinator(
-            self.meta, self.cluster, self.producer_ids, self.config.transaction_max_timeout_ms
+            self.meta,
+            self.cluster,
+            self.producer_ids,
+            self.config.transaction_max_timeout_ms,
+            self.config.transactional_id_expiration_ms,
         )
         self.txns.start()
         self.markers = MarkerWriter(self.meta, self.logs, self.cluster)

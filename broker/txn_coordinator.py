@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from broker import faults
 from broker.cluster import rendezvous
-from broker.meta.base import Compare, Delete, Get, MetaStore, MetaStoreError, Op, Put
+from broker.meta.base import (
+    Compare,
+    Delete,
+    Get,
+    MetaStore,
+    MetaStoreError,
+    Op,
+    Put,
+    WatchEvent,
+)
 from broker.meta.schema import (
     TXN_PREFIX,
     MarkerRequest,
@@ -39,6 +48,7 @@ from broker.meta.schema import (
     txn_offsets_prefix,
     txn_state_key,
 )
+from broker.txn_deadlines import Deadlines, Due, due_for
 from protocol.errors import ErrorCode
 from txncoord import Decision, TxnRecord, TxnState, completed, machine, timed_out
 
@@ -50,7 +60,9 @@ log = logging.getLogger(__name__)
 
 CAS_ATTEMPTS = 5
 END_WAIT_S = 15.0  # EndTxn waits this long for the markers before answering anyway
-CHECK_INTERVAL_S = 1.0  # timeouts and unfinished completions are looked for this often
+RETRY_S = 1.0  # after a failed load or watch of the states, ask again this much later
+#: ``transactional.id.expiration.ms``: an id idle this long is forgotten (Kafka: 7 days)
+DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 
 
 def now_ms() -> int:
@@ -72,8 +84,16 @@ class TxnCoordinator:
         cluster: Cluster,
         producer_ids: ProducerIdSource,
         max_timeout_ms: int,
+        expiration_ms: int = DEFAULT_EXPIRATION_MS,
     ) -> None:
         self.meta = meta
+        self.expiration_ms = expiration_ms
+        # every id's state (record, mod revision), kept current by a watch (``_follow``)
+        self._states: dict[str, tuple[TxnRecord, int]] = {}
+        self._deadlines = Deadlines()
+        self._rescan = False
+        self.following = asyncio.Event()  # set once the states are loaded and watched
+        self.stats = {"loads": 0}  # full loads of every id's state (start, store errors)
         self.cluster = cluster
         self.producer_ids = producer_ids
         self.max_timeout_ms = max_timeout_ms
@@ -91,7 +111,7 @@ class TxnCoordinator:
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
-        self.cluster.add_listener(self._wake.set)
+        self.cluster.add_listener(self._membership_changed)
         self._task = asyncio.create_task(self._check_loop(), name="txn-check")
 
     async def stop(self) -> None:
@@ -308,36 +328,130 @@ class TxnCoordinator:
             finally:
                 await watch.aclose()
 
-    # -- timeouts and takeover ----------------------------------------------------------
+    # -- timeouts, expiry and takeover --------------------------------------------------
     async def _check_loop(self) -> None:
+        """Follow every id's state (``_follow``); after a store error, load it all again."""
         failing = False
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), CHECK_INTERVAL_S)
-            self._wake.clear()
             try:
-                await self.check_once()
-                failing = False
-            except Exception as exc:  # noqa: BLE001 - store trouble: next round
+                await self._follow()
+            except Exception as exc:  # noqa: BLE001 - store trouble: load and watch again
                 level = logging.DEBUG if failing else logging.WARNING  # once per outage
                 log.log(level, "transaction check failed: %r", exc)
                 failing = True
+            await asyncio.sleep(RETRY_S)  # back-off before asking a failing store again
 
-    async def check_once(self) -> None:
-        """Abort timed-out transactions and finish prepared ones this broker coordinates
-        (a prepared one is left by a coordinator that died, or lost the id)."""
-        if not self.cluster.lease_valid():
-            return
-        for txn_id, rec in await self.list_all():
-            if not self.owns(txn_id):
+    async def _follow(self) -> None:
+        """Load every id's state once, act on it, then keep it current from a watch of
+        ``/txn/``: each change is looked at once (a prepared transaction this broker
+        coordinates is completed, an ongoing or idle one gets its deadline), and the loop
+        sleeps until the earliest deadline, a change, or a membership change (which looks
+        at every id again: ids move between coordinators)."""
+        revision = await self.check_once()
+        watch = self.meta.watch(TXN_PREFIX, start_revision=revision + 1)
+        feed = asyncio.create_task(self._consume(watch), name="txn-watch")
+        self.stats["loads"] += 1
+        self.following.set()  # every later change reaches ``_consume``
+        try:
+            while True:
+                wait_s = None
+                at = self._deadlines.next_ms()
+                if at is not None:
+                    wait_s = max(0.0, (at - now_ms()) / 1000)
+                waker = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait([feed, waker], timeout=wait_s, return_when="FIRST_COMPLETED")
+                waker.cancel()
+                if feed.done():
+                    feed.result()  # the watch failed: raise, load again
+                    return
+                self._wake.clear()  # the deadlines are read again at the loop's top
+                if self._rescan:
+                    self._rescan = False
+                    for txn_id, (rec, _rev) in self._states.items():
+                        self._consider(txn_id, rec)
+                await self._run_due()
+        finally:
+            feed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await feed
+            await watch.aclose()
+
+    async def _consume(self, watch: AsyncIterator[WatchEvent]) -> None:
+        async for ev in watch:
+            txn_id = txn_id_of_state_key(ev.key)
+            if txn_id is None:
                 continue
-            if rec.state.preparing:
+            if ev.type == "delete":
+                self._states.pop(txn_id, None)
+                self._deadlines.set(txn_id, None)
+                continue
+            rec = TxnRecord.from_json(ev.value)
+            self._states[txn_id] = (rec, ev.mod_revision)
+            if self._consider(txn_id, rec):
+                self._wake.set()
+
+    def _membership_changed(self) -> None:
+        self._rescan = True
+        self._wake.set()
+
+    def _consider(self, txn_id: str, rec: TxnRecord) -> bool:
+        """What ``rec`` (the id's current state) asks of this broker: start completing a
+        prepared transaction it coordinates, else (re)set the id's deadline. True when
+        that deadline is the earliest now."""
+        if rec.state.preparing:
+            self._deadlines.set(txn_id, None)
+            if self.cluster.lease_valid() and self.owns(txn_id):
                 self._start_completion(txn_id)
-            elif rec.state == TxnState.ONGOING:
+            return False
+        return self._deadlines.set(txn_id, due_for(rec, self.expiration_ms))
+
+    async def _run_due(self) -> None:
+        for txn_id, what in self._deadlines.pop_due(now_ms()):
+            if not self.cluster.lease_valid():  # cannot act now: ask again later
+                self._deadlines.set(txn_id, (now_ms() + int(RETRY_S * 1000), what))
+                continue
+            if not self.owns(txn_id):
+                continue  # its coordinator acts (a membership change looks again here)
+            if what is Due.TIMEOUT:
                 async with self._lock(txn_id):
                     dec, _ = await self._apply(txn_id, lambda r: _timeout(r))
                 if dec.record is not None:
                     log.info("transaction %r timed out: aborting", txn_id)
+            else:
+                await self._expire(txn_id)
+
+    async def _expire(self, txn_id: str) -> None:
+        """Delete the state of an id idle past ``transactional.id.expiration.ms`` (a
+        compare-and-set on its revision: any use since keeps it). Its next
+        InitProducerId gets a new producer id, as in Kafka."""
+        async with self._lock(txn_id):
+            cur = await self.load(txn_id)
+            rec = cur.record
+            due = due_for(rec, self.expiration_ms) if rec is not None else None
+            if rec is None or due is None or due[1] is not Due.EXPIRE or due[0] > now_ms():
+                return
+            key = txn_state_key(txn_id)
+            res = await self.meta.txn(
+                [Compare(key, "mod_revision", "==", cur.revision)], [Delete(key)]
+            )
+        if res.succeeded:
+            log.info("transactional id %r expired (idle since %d ms)", txn_id, rec.updated_ms)
+
+    async def check_once(self) -> int:
+        """Load every id's state and act on it: complete the prepared transactions this
+        broker coordinates (left by a coordinator that died, or lost the id), abort the
+        timed-out ones, expire the idle ones. Returns the store revision it read at."""
+        res = await self.meta.txn([], [Get(TXN_PREFIX, True)])
+        self._states.clear()
+        self._deadlines.clear()
+        for kv in res.gets[0]:
+            txn_id = txn_id_of_state_key(kv.key)
+            if txn_id is not None:
+                rec = TxnRecord.from_json(kv.value)
+                self._states[txn_id] = (rec, kv.mod_revision)
+                self._consider(txn_id, rec)
+        await self._run_due()
+        return res.revision
 
 
 def _timeout(rec: TxnRecord | None) -> Decision:

@@ -166,15 +166,28 @@ class MarkerWriter:
             lg = await self.logs.get(topic, partition)
         except KafkaProtocolError:
             return  # not (or no longer) ours: its owner writes it
-        req = MarkerRequest.from_json(kv.value)
+        code = await self.write(lg, MarkerRequest.from_json(kv.value), kv.key)
+        if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            log.info("marker for %s-%d left to the new owner", topic, partition)
+
+    async def write(
+        self, lg: PartitionLog, req: MarkerRequest, request_key: str | None = None
+    ) -> ErrorCode:
+        """Write ``req``'s marker to ``lg`` (the module doc); ``request_key``, the
+        coordinator's request, is deleted with it (None: a WriteTxnMarkers request).
+        INVALID_PRODUCER_EPOCH when the producer's open transaction is newer than the
+        marker, NOT_LEADER_OR_FOLLOWER when the partition moved away meanwhile; a failed
+        append raises AppendError (retriable)."""
+        topic, partition = lg.topic, lg.partition
         st = await state_of(self.meta, lg)
         async with st.lock:
             current = st.open.get(req.producer_id)
             guard = Compare(owner_key(topic, partition), "value", "==", lg.owner_value)
             if current is not None and current.producer_epoch > req.producer_epoch:
                 # a request older than the producer's open transaction: never write it
-                await self.meta.txn([guard], [Delete(kv.key)])
-                return
+                if request_key is not None:
+                    await self.meta.txn([guard], [Delete(request_key)])
+                return ErrorCode.INVALID_PRODUCER_EPOCH
             if current is not None:
                 offset = await self._append_marker(lg, req)
                 st.open.pop(req.producer_id, None)
@@ -184,16 +197,14 @@ class MarkerWriter:
                 st.closed[req.producer_id] = entry
                 lg.wake_waiters()  # the last stable offset moved
             st.fenced[req.producer_id] = max(st.fenced.get(req.producer_id, -1), req.producer_epoch)
-            ops: list[Op] = [
-                Delete(kv.key),
-                Delete(open_txn_key(topic, partition, req.producer_id)),
-            ]
+            ops: list[Op] = [Delete(open_txn_key(topic, partition, req.producer_id))]
+            if request_key is not None:
+                ops.append(Delete(request_key))
             entry = st.closed.get(req.producer_id)
             if entry is not None and not req.commit:
                 ops.append(Put(aborted_txn_key(topic, partition, entry.last), entry.to_json()))
             res = await self.meta.txn([guard], ops)
-            if not res.succeeded:
-                log.info("marker for %s-%d left to the new owner", topic, partition)
+            return ErrorCode.NONE if res.succeeded else ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     async def _append_marker(self, lg: PartitionLog, req: MarkerRequest) -> int:
         view = memoryview(bytearray(control_batch(req)))

@@ -2,8 +2,10 @@
 "Every core of a pod").
 
 The supervisor starts N full brokers: worker ``i`` is ``kafscale broker`` with the same
-flags and environment, but node id ``--node-id + i``, listening on ``--listen`` port + i,
-advertising ``--advertised-listener`` port + i and serving HTTP on ``--http`` port + i.
+flags and environment, but node id ``--node-id + i`` and ``--port-offset i``: every port
+it listens on, advertises or serves HTTP on is the shared configuration's + i, named
+``--listener``s included (``shift_ports``). Ports that two workers would share are
+refused before any worker starts.
 They register in the shared metadata store like any brokers, so partitions and groups
 spread over them by rendezvous hashing and clients need no change: a Metadata response
 from any worker names all of them. The embedded metadata store belongs to one process,
@@ -30,7 +32,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 
 from broker.config import BrokerConfig
@@ -83,47 +85,95 @@ def _with_port(value: tuple[str, int], offset: int) -> str:
     return f"{host}:{port + offset}"
 
 
+def shift_ports(config: BrokerConfig, offset: int) -> BrokerConfig:
+    """``config`` with ``offset`` added to every port it listens on or advertises: the
+    Kafka listener, every named listener and the HTTP port (``--port-offset``, which the
+    supervisor gives worker ``i``). Port 0 (any free port) stays 0."""
+    if offset == 0:
+        return config
+
+    def add(port: int) -> int:
+        return port + offset if port else port
+
+    http = config.http
+    if http:
+        from broker.cli_broker import hostport
+
+        host, port = hostport(http)
+        if port:
+            http = _with_port((host, add(port)), 0)
+    security = config.security
+    if security is not None and security.listeners:
+        moved = tuple(
+            replace(x, port=add(x.port), advertised_port=add(x.advertised_port))
+            for x in security.listeners
+        )
+        security = replace(security, listeners=moved)
+    return replace(
+        config,
+        listen_port=add(config.listen_port),
+        advertised_port=add(config.advertised_port),
+        http=http,
+        security=security,
+    )
+
+
+def bound_ports(config: BrokerConfig) -> list[int]:
+    """The ports one broker with ``config`` binds (Kafka listeners and HTTP)."""
+    ports = [config.listen_port]
+    if config.security is not None and config.security.listeners:
+        ports = [x.port for x in config.security.listeners]
+    if config.http:
+        from broker.cli_broker import hostport
+
+        port = hostport(config.http)[1]
+        if port:
+            ports.append(port)
+    return [p for p in ports if p]
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerPlan:
-    """The flags that make worker ``index`` distinct from the others."""
+    """The flags that make worker ``index`` distinct from the others: its node id and its
+    port offset (every port of the shared configuration + ``port_offset``)."""
 
     index: int
     node_id: int
-    listen: tuple[str, int]
+    port_offset: int
     advertised: tuple[str, int]
-    http: tuple[str, int] | None
 
     def args(self) -> list[str]:
-        out = ["--workers", "1", "--node-id", str(self.node_id)]
-        out += ["--listen", _with_port(self.listen, 0)]
-        out += ["--advertised-listener", _with_port(self.advertised, 0)]
-        if self.http is not None:
-            out += ["--http", _with_port(self.http, 0)]
-        return out
+        return [
+            "--workers", "1", "--node-id", str(self.node_id),
+            "--port-offset", str(self.port_offset),
+        ]  # fmt: skip
 
 
-def plan_workers(
-    n: int,
-    node_id: int,
-    listen: tuple[str, int],
-    advertised: tuple[str, int],
-    http: tuple[str, int] | None,
-) -> list[WorkerPlan]:
-    """Worker ``i``: node id + i, every port + i."""
-
-    def shifted(hp: tuple[str, int], i: int) -> tuple[str, int]:
-        return hp[0], hp[1] + i
-
-    return [
-        WorkerPlan(
-            i,
-            node_id + i,
-            shifted(listen, i),
-            shifted(advertised, i),
-            None if http is None else shifted(http, i),
+def plan_workers(n: int, config: BrokerConfig, base_offset: int = 0) -> list[WorkerPlan]:
+    """Worker ``i``: node id + i, every port + i (``config`` is the shared configuration,
+    its ports already shifted by ``base_offset``, a ``--port-offset`` of the supervisor's
+    own). Raises WorkersError when two workers would bind the same port."""
+    seen: dict[int, int] = {}
+    plans = []
+    for i in range(n):
+        shifted = shift_ports(config, i)
+        for port in bound_ports(shifted):
+            if port in seen:
+                raise WorkersError(
+                    f"--workers {n}: port {port} of worker {i} is also worker {seen[port]}'s "
+                    "(each worker adds its index to every port): space the listener and "
+                    "HTTP ports at least --workers apart"
+                )
+            seen[port] = i
+        plans.append(
+            WorkerPlan(
+                i,
+                config.node_id + i,
+                base_offset + i,
+                (shifted.advertised_host, shifted.advertised_port),
+            )
         )
-        for i in range(n)
-    ]
+    return plans
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -239,32 +289,23 @@ def workers_for(argv: Sequence[str], config: BrokerConfig) -> int:
     from broker.cli_broker import broker_parser
 
     requested = vars(broker_parser().parse_args(argv))["workers"]
-    n = worker_count(requested, config.meta_url)
-    if n > 1 and config.security.listeners:
-        # named listeners (--listener) are not shifted per worker: one process binds them
-        if requested is None:
-            return 1
-        raise WorkersError(
-            "--workers > 1 cannot be combined with --listener (named listeners are not yet "
-            "given a port per worker): run one worker per pod, or use --listen"
-        )
-    return n
+    if requested is None and config.security is not None and config.security.listeners:
+        # named listeners usually sit on neighbouring ports (9093, 9094, ...), which
+        # worker i's port + i would collide with: more workers only when asked for
+        return 1
+    return worker_count(requested, config.meta_url)
 
 
 def supervise(argv: Sequence[str], config: BrokerConfig, n: int) -> int:
-    """Run ``n`` workers of ``kafscale broker argv``; returns the exit code."""
-    from broker.cli_broker import hostport
+    """Run ``n`` workers of ``kafscale broker argv``; returns the exit code (2 when the
+    workers' ports would collide)."""
+    from broker.cli_broker import broker_parser
 
-    http = None
-    if config.http:
-        hhost, hport = hostport(config.http)
-        http = (hhost, hport) if hport is not None else None
-    plans = plan_workers(
-        n,
-        config.node_id,
-        (config.listen_host, config.listen_port),
-        (config.advertised_host, config.advertised_port),
-        http,
-    )
+    base_offset = vars(broker_parser().parse_args(argv))["port_offset"] or 0
+    try:
+        plans = plan_workers(n, config, base_offset)
+    except WorkersError as exc:
+        log.error("%s", exc)
+        return 2
     log.info("starting %d broker workers, node ids %d..%d", n, plans[0].node_id, plans[-1].node_id)
     return Supervisor(argv, plans).run()

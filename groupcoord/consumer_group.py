@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,8 +70,14 @@ def new_member_id() -> str:
 # ---- subscriptions and the target assignment ----
 
 
-def member_topics(member: ConsumerMember, topics: TopicView) -> dict[uuid.UUID, int]:
-    """Topic id -> partitions of every existing topic the member subscribes to."""
+def member_topics(
+    member: ConsumerMember,
+    topics: TopicView,
+    authorized: Callable[[str, str, str], bool] | None = None,
+) -> dict[uuid.UUID, int]:
+    """Topic id -> partitions of every existing topic the member subscribes to. Topics
+    its regex matches count only if ``authorized(principal, host, topic)`` (DESCRIBE, as
+    Kafka filters regex subscriptions; named topics were checked at the heartbeat)."""
     out: dict[uuid.UUID, int] = {}
     for name in member.topics:
         info = topics.get(name)
@@ -79,18 +85,26 @@ def member_topics(member: ConsumerMember, topics: TopicView) -> dict[uuid.UUID, 
             out[info.topic_id] = info.partitions
     if member.regex:
         pattern = compile_regex(member.regex)
+        host = member.client_host.lstrip("/")
         for info in topics.all():
-            if pattern.fullmatch(info.name):
+            if pattern.fullmatch(info.name) and (
+                authorized is None or authorized(member.principal, host, info.name)
+            ):
                 out[info.topic_id] = info.partitions
     return out
 
 
-def compute_target(group: ConsumerGroupState, topics: TopicView, default: str) -> None:
+def compute_target(
+    group: ConsumerGroupState,
+    topics: TopicView,
+    default: str,
+    authorized: Callable[[str, str, str], bool] | None = None,
+) -> None:
     """Recompute the target assignment for the current group epoch."""
     subs: dict[str, frozenset[uuid.UUID]] = {}
     partitions: dict[uuid.UUID, int] = {}
     for mid, m in group.members.items():
-        mine = member_topics(m, topics)
+        mine = member_topics(m, topics, authorized)
         subs[mid] = frozenset(mine)
         partitions.update(mine)
     name = _group_assignor(group, default)
@@ -113,10 +127,14 @@ def _group_assignor(group: ConsumerGroupState, default: str) -> str:
     return min(votes, key=lambda a: (-votes[a], a))
 
 
-def subscribed_metadata(group: ConsumerGroupState, topics: TopicView) -> dict[uuid.UUID, int]:
+def subscribed_metadata(
+    group: ConsumerGroupState,
+    topics: TopicView,
+    authorized: Callable[[str, str, str], bool] | None = None,
+) -> dict[uuid.UUID, int]:
     out: dict[uuid.UUID, int] = {}
     for m in group.members.values():
-        out.update(member_topics(m, topics))
+        out.update(member_topics(m, topics, authorized))
     return out
 
 
@@ -138,11 +156,12 @@ def heartbeat(
     except HeartbeatError as exc:
         return HeartbeatResult(exc.code, exc.message)
     before = (member.epoch, member.state, member.assigned, member.revoking)
-    if subscribed_metadata(group, topics) != group.subscribed:
+    # an ACL change that widens or narrows a regex's topics shows here too
+    if subscribed_metadata(group, topics, config.topic_authorized) != group.subscribed:
         group.epoch += 1
         changed = True
     if group.epoch != group.assignment_epoch:
-        compute_target(group, topics, config.assignors[0])
+        compute_target(group, topics, config.assignors[0], config.topic_authorized)
         changed = True
     owners = group.partition_owners()
     updated = reconcile(
@@ -184,6 +203,9 @@ def _join_or_find(
     if req.topics is not None and tuple(req.topics) != member.topics:
         member.topics = tuple(req.topics)
         group.epoch += 1
+        changed = True
+    if req.principal and req.principal != member.principal:
+        member.principal = req.principal  # a regex's topics are filtered for it
         changed = True
     if req.regex is not None and (req.regex or None) != member.regex:
         member.regex = req.regex or None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -70,14 +70,20 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
+    #: (principal, host, topic) -> may the member DESCRIBE the topic; topics a member's
+    #: regex matches are filtered by it (None: no authorizer, every topic)
+    topic_authorized: Callable[[str, str, str], bool] | None = None
 
 
-def consumer_group_config(cfg: Any) -> ConsumerGroupConfig:
+def consumer_group_config(
+    cfg: Any, topic_authorized: Callable[[str, str, str], bool] | None = None
+) -> ConsumerGroupConfig:
     """From a ``BrokerConfig`` (its ``group_consumer_*`` fields)."""
     return ConsumerGroupConfig(
         session_timeout_ms=cfg.group_consumer_session_timeout_ms,
         heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
         migration_policy=MigrationPolicy(cfg.group_consumer_migration_policy.lower()),
+        topic_authorized=topic_authorized,
     )
 
 
@@ -95,6 +101,7 @@ class HeartbeatRequest:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    principal: str = ""  # the authenticated principal, e.g. "User:alice"
 
     @property
     def full(self) -> bool:
@@ -124,6 +131,7 @@ class ConsumerMember:
     rebalance_timeout_ms: int = 300_000
     topics: tuple[str, ...] = ()
     regex: str | None = None
+    principal: str = ""  # its regex matches only topics this principal may DESCRIBE
     assignor: str | None = None
     assigned: Assignment = field(default_factory=dict)
     revoking: Assignment = field(default_factory=dict)
@@ -148,6 +156,7 @@ class ConsumerMember:
             "rebalance_timeout_ms": self.rebalance_timeout_ms,
             "topics": list(self.topics),
             "regex": self.regex,
+            "principal": self.principal,
             "assignor": self.assignor,
             "assigned": assignment_to_json(self.assigned),
             "revoking": assignment_to_json(self.revoking),
@@ -167,6 +176,7 @@ class ConsumerMember:
             rebalance_timeout_ms=int(d.get("rebalance_timeout_ms", 300_000)),
             topics=tuple(d.get("topics") or ()),
             regex=d.get("regex"),
+            principal=str(d.get("principal", "")),
             assignor=d.get("assignor"),
             assigned=assignment_from_json(d.get("assigned") or {}),
             revoking=assignment_from_json(d.get("revoking") or {}),

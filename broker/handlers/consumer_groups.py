@@ -15,11 +15,13 @@ Supported versions:
 
 Authorization (docs/operations.md, "ACLs"), as in Kafka 4: a heartbeat needs READ on the
 group (else GROUP_AUTHORIZATION_FAILED) and DESCRIBE on every topic of
-``SubscribedTopicNames`` (else TOPIC_AUTHORIZATION_FAILED; topics matched by a regex are
-not filtered by authorization: deviation). ConsumerGroupDescribe needs DESCRIBE on each
-group (else that group answers GROUP_AUTHORIZATION_FAILED), answers KIP-430 authorized
-operations when asked, and a group whose members' assignments name a topic the
-principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED without its members.
+``SubscribedTopicNames`` (else TOPIC_AUTHORIZATION_FAILED); a regex matches only the
+topics the member's principal (from its host) may DESCRIBE, re-evaluated on every
+heartbeat, so an ACL change moves the group's assignment at the next one.
+ConsumerGroupDescribe needs DESCRIBE on each group (else that group answers
+GROUP_AUTHORIZATION_FAILED), answers KIP-430 authorized operations when asked, and a
+group whose members' assignments name a topic the principal may not DESCRIBE answers
+TOPIC_AUTHORIZATION_FAILED without its members.
 
 A group this broker does not own gets NOT_COORDINATOR. docs/compatibility.md, KIP-848
 consumer groups.
@@ -42,6 +44,7 @@ from broker.security.authz import (
     allowed,
     authorized_operations,
     authorizer_of,
+    principal,
 )
 from groupcoord.consumer_coordinator import ConsumerGroupCoordinator
 from groupcoord.consumer_group import HeartbeatRequest, HeartbeatResult
@@ -123,6 +126,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
         owned=_owned(request),
         client_id=ctx.header.client_id or "",
         client_host=client_host(ctx),
+        principal=principal(ctx),
     )
     res = await consumer.heartbeat(req)
     if res.error is not ErrorCode.NONE and res.error is not ErrorCode.NOT_COORDINATOR:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from broker.security.sasl import Session
     from broker.topics import TopicManager
     from broker.txn_coordinator import TxnCoordinator
+    from broker.txn_markers import MarkerWriter
     from groupcoord import GroupCoordinator
 
 Buffer = bytes | bytearray | memoryview
@@ -62,6 +63,8 @@ class BrokerContext(Protocol):
     def producer_ids(self) -> ProducerIdSource: ...
     @property
     def txns(self) -> TxnCoordinator | None: ...
+    @property
+    def markers(self) -> MarkerWriter | None: ...
     @property
     def routes(self) -> Routes: ...
     @property

@@ -34,6 +34,7 @@ from broker.handlers import (
     scram_users,
     topics_admin,
     transactions,
+    write_txn_markers,
 )
 from broker.handlers.registry import ApiHandler as Route
 from protocol.apis import ApiKey
@@ -92,6 +93,7 @@ def build_routes() -> dict[int, Route]:
         Route(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, leadership.list_partition_reassignments),
         Route(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1, leadership.alter_partition_reassignments),
         Route(ApiKey.DESCRIBE_PRODUCERS, 0, 0, describe_producers.describe_producers),
+        Route(ApiKey.WRITE_TXN_MARKERS, 0, 2, write_txn_markers.write_txn_markers),
         Route(ApiKey.DESCRIBE_QUORUM, 0, 2, describe_quorum.describe_quorum),
         Route(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, client_quotas.describe_client_quotas),
         Route(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, client_quotas.alter_client_quotas),

@@ -2,18 +2,18 @@
 docs/registry.md "Authentication").
 
 Every request under ``/registry`` must carry ``Authorization: Basic base64(user:password)``,
-checked as a SASL/PLAIN login is (``broker.security.sasl.PlainServer``): against the
+checked as a SASL/PLAIN login is (``broker.security.sasl.verify_plain``): against the
 user's stored SCRAM-SHA-256 credential, else its SCRAM-SHA-512 one, with PBKDF2 run off
-the event loop. Anything else answers HTTP 401 with the registry's error body
-(``{"error_code": 40101, ...}``) and a ``WWW-Authenticate`` challenge. A password that
-verified is remembered (by a keyed digest, never the password) together with the exact
-credential it matched, so repeated requests skip PBKDF2 until the credential changes.
-Authenticated users may use every registry endpoint (there are no registry ACLs).
+the event loop; an unknown user costs the same PBKDF2 as a wrong password. Anything else
+answers HTTP 401 with the registry's error body (``{"error_code": 40101, ...}``) and a
+``WWW-Authenticate`` challenge. A password that verified is remembered (by a keyed
+digest, never the password) together with the exact credential it matched, so repeated
+requests skip PBKDF2 until the credential changes. Authenticated users may use every
+registry endpoint (there are no registry ACLs).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
@@ -28,7 +28,8 @@ from aiohttp.typedefs import Middleware
 
 from broker.meta.base import MetaStoreError
 from broker.registry.api import CONTENT_TYPE, PREFIX
-from broker.security.scram import HASHES, ScramCredential, check_password
+from broker.security.sasl import verify_plain
+from broker.security.scram import HASHES, ScramCredential
 from broker.security.store import CredentialStore
 
 log = logging.getLogger(__name__)
@@ -73,21 +74,22 @@ class BasicAuth:
         self._verified: dict[tuple[str, bytes], ScramCredential] = {}
 
     async def check(self, user: str, password: bytes) -> bool:
-        for mechanism in HASHES:
-            cred = await self.credentials.scram(user, mechanism)
-            if cred is None:
-                continue
-            digest = hmac.new(self._key, password, hashlib.sha256).digest()
-            if self._verified.get((user, digest)) == cred:
-                return True
-            # PBKDF2 off the event loop (hashlib releases the GIL while it runs)
-            if not await asyncio.to_thread(check_password, mechanism, cred, password):
-                return False
-            if len(self._verified) >= MAX_CACHE:
-                self._verified.clear()
-            self._verified[(user, digest)] = cred
-            return True
-        return False
+        digest = hmac.new(self._key, password, hashlib.sha256).digest()
+        cached = self._verified.get((user, digest))
+        if cached is not None:
+            for mechanism in HASHES:  # the credential a PLAIN login would check now
+                cred = await self.credentials.scram(user, mechanism)
+                if cred is not None:
+                    if cred == cached:
+                        return True
+                    break
+        cred = await verify_plain(self.credentials, user, password)
+        if cred is None:
+            return False
+        if len(self._verified) >= MAX_CACHE:
+            self._verified.clear()
+        self._verified[(user, digest)] = cred
+        return True
 
     def middleware(self) -> Middleware:
         @web.middleware

@@ -27,6 +27,7 @@ from broker.security.scram import (
     ScramCredential,
     ScramServer,
     check_password,
+    unknown_user_credential,
 )
 from protocol.apis import ApiKey
 
@@ -42,6 +43,22 @@ MAX_PLAIN = 4096
 
 class Credentials(Protocol):
     async def scram(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+
+async def verify_plain(creds: Credentials, user: str, password: bytes) -> ScramCredential | None:
+    """Check a PLAIN (or HTTP Basic) password against the user's SCRAM-SHA-256 credential,
+    else its SCRAM-SHA-512 one: the credential it matched, or None. PBKDF2
+    runs off the event loop (hashlib releases the GIL). An unknown user is checked against
+    a credential no password matches, so that it costs the same PBKDF2 as a wrong
+    password: the answer's timing does not tell whether the user exists."""
+    for mechanism in HASHES:
+        cred = await creds.scram(user, mechanism)
+        if cred is not None:
+            ok = await asyncio.to_thread(check_password, mechanism, cred, password)
+            return cred if ok else None
+    mechanism = next(iter(HASHES))
+    await asyncio.to_thread(check_password, mechanism, unknown_user_credential(mechanism), password)
+    return None
 
 
 class Mechanism(Protocol):
@@ -75,15 +92,10 @@ class PlainServer:
         if authzid and authzid != user:
             raise SaslFailure("authorization id differs from the user name")
         self.user = user
-        for mechanism in HASHES:
-            cred = await self.creds.scram(user, mechanism)
-            if cred is not None:
-                # PBKDF2 off the event loop (hashlib releases the GIL while it runs)
-                if await asyncio.to_thread(check_password, mechanism, cred, parts[2]):
-                    self.done = True
-                    return b""
-                break
-        raise SaslFailure("invalid credentials")
+        if await verify_plain(self.creds, user, parts[2]) is None:
+            raise SaslFailure("invalid credentials")
+        self.done = True
+        return b""
 
 
 class ScramMechanism:

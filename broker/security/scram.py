@@ -87,6 +87,22 @@ def make_credential(
     return from_salted(mechanism, salted, salt, iterations)
 
 
+def unknown_user_credential(mechanism: str) -> ScramCredential:
+    """A credential no password matches, with the default iterations: checking a password
+    of an unknown user against it costs one PBKDF2, as a wrong password of a real user
+    does, so the time of a failed PLAIN login does not tell whether the user exists."""
+    cred = _UNKNOWN.get(mechanism)
+    if cred is None:
+        size = hashlib.new(HASHES[mechanism]).digest_size
+        keys = os.urandom(size), os.urandom(size)
+        cred = ScramCredential(os.urandom(32), DEFAULT_ITERATIONS, *keys)
+        _UNKNOWN[mechanism] = cred
+    return cred
+
+
+_UNKNOWN: dict[str, ScramCredential] = {}
+
+
 def check_password(mechanism: str, cred: ScramCredential, password: bytes) -> bool:
     """Whether ``password`` is the one ``cred`` was made from (PLAIN logins)."""
     alg = HASHES[mechanism]

@@ -121,15 +121,12 @@ def txn_start_offset(bootstrap: str, topic: str) -> int:
         admin.close()
 
 
-def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> None:
-    from confluent_kafka import IsolationLevel, TopicPartition
+def latest_offsets(bootstrap: str, topic: str) -> Any:
+    """``latest(level)``: partition 0's latest offset under an isolation level
+    (confluent-kafka's admin ListOffsets)."""
+    from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    bootstrap = txn_broker.bootstrap
-    topic = unique_topic("txn-open")
-    create_topic(bootstrap, topic, 1)
-    p = txn_producer(bootstrap, f"tx-{uuid.uuid4().hex[:6]}")
-    produce_txn(p, topic, 1, "open", 10)  # flushed, not committed
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = TopicPartition(topic, 0)
 
@@ -137,6 +134,18 @@ def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> Non
         fut = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
         return int(fut[tp].result(TIMEOUT).offset)
 
+    return latest
+
+
+def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> None:
+    from confluent_kafka import IsolationLevel
+
+    bootstrap = txn_broker.bootstrap
+    topic = unique_topic("txn-open")
+    create_topic(bootstrap, topic, 1)
+    p = txn_producer(bootstrap, f"tx-{uuid.uuid4().hex[:6]}")
+    produce_txn(p, topic, 1, "open", 10)  # flushed, not committed
+    latest = latest_offsets(bootstrap, topic)
     assert latest(IsolationLevel.READ_UNCOMMITTED) == 10
     assert latest(IsolationLevel.READ_COMMITTED) == 0
     assert consume_all(bootstrap, topic, 1, "read_committed", 0) == []
@@ -145,6 +154,49 @@ def test_open_transaction_holds_read_committed(txn_broker: BrokerProcess) -> Non
     assert latest(IsolationLevel.READ_COMMITTED) == 11  # 10 records + the commit marker
     assert txn_start_offset(bootstrap, topic) == -1
     assert len(consume_all(bootstrap, topic, 1, "read_committed", 10)) == 10
+
+
+def test_admin_aborts_a_hanging_transaction(txn_broker: BrokerProcess) -> None:
+    """KIP-664 (``kafka-transactions.sh abort``): kafka-python's admin finds the open
+    transaction with DescribeProducers and aborts it with WriteTxnMarkers; read_committed
+    readers move past it and never see its records, and a later transaction commits."""
+    from confluent_kafka import IsolationLevel
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+    from kafka.admin import AbortTransactionSpec
+
+    bootstrap = txn_broker.bootstrap
+    topic = unique_topic("txn-hang")
+    create_topic(bootstrap, topic, 1)
+    p = txn_producer(bootstrap, f"tx-{uuid.uuid4().hex[:6]}")
+    produce_txn(p, topic, 1, "hang", 10)  # flushed, never ended by its producer
+    latest = latest_offsets(bootstrap, topic)
+    assert latest(IsolationLevel.READ_COMMITTED) == 0
+    kadmin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        state = kadmin.describe_producers([KTP(topic, 0)])[KTP(topic, 0)]
+        (active,) = state.active_producers
+        spec = AbortTransactionSpec(
+            topic_partition=KTP(topic, 0),
+            producer_id=active.producer_id,
+            producer_epoch=active.producer_epoch,
+            coordinator_epoch=active.coordinator_epoch,
+        )
+        kadmin.abort_transaction(spec)
+        kadmin.abort_transaction(spec)  # again: nothing open, nothing written
+    finally:
+        kadmin.close()
+    assert latest(IsolationLevel.READ_COMMITTED) == 11  # 10 records + the abort marker
+    assert latest(IsolationLevel.READ_UNCOMMITTED) == 11
+    assert consume_all(bootstrap, topic, 1, "read_committed", 0) == []
+    assert txn_start_offset(bootstrap, topic) == -1
+    fresh = txn_producer(bootstrap, f"tx-{uuid.uuid4().hex[:6]}")
+    produce_txn(fresh, topic, 1, "after", 5)
+    fresh.commit_transaction(TIMEOUT)
+    assert values(consume_all(bootstrap, topic, 1, "read_committed", 5)) == {
+        f"after-{i}".encode() for i in range(5)
+    }
+    del p  # its transaction times out at its coordinator; the partition has nothing open
 
 
 def test_send_offsets_visible_on_commit_only(txn_broker: BrokerProcess) -> None:

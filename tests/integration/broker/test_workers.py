@@ -88,12 +88,16 @@ class Supervised:
 @pytest.fixture(scope="module")
 def supervised(etcd_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervised]:
     work = tmp_path_factory.mktemp("workers")
-    port = _consecutive_free_ports(2)
+    port = _consecutive_free_ports(4)  # PLAINTEXT port + i, EXTERNAL port + 2 + i
     log = work / "supervisor.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
     cmd = [
         sys.executable, "-m", "broker.cli", "broker", "--workers", "2",
-        "--listen", f"127.0.0.1:{port}", "--node-id", str(NODE),
+        "--listen", f"127.0.0.1:{port}", "--advertised-listener", f"127.0.0.1:{port}",
+        "--listener", f"EXTERNAL://127.0.0.1:{port + 2}",
+        "--advertised-listener", f"EXTERNAL://127.0.0.1:{port + 2}",
+        "--listener-security-protocol-map", "EXTERNAL:PLAINTEXT",
+        "--node-id", str(NODE),
         "--meta", etcd_url, "--meta-prefix", f"/workers-{uuid.uuid4().hex[:8]}",
         "--store", f"file://{work}/objects", "--lease-ttl", str(LEASE_TTL),
         "--default-partitions", str(PARTS),
@@ -102,7 +106,7 @@ def supervised(etcd_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     sup = Supervised(proc, port, log)
     try:
-        _until(lambda: _listening(port) and _listening(port + 1), "both workers to listen")
+        _until(lambda: all(_listening(port + i) for i in range(4)), "both workers to listen")
         yield sup
     finally:
         kids = _children(proc.pid)
@@ -166,6 +170,23 @@ def test_clients_see_every_worker_and_lose_nothing(supervised: Supervised) -> No
     assert leaders == {NODE, NODE + 1}  # partitions are spread over both workers
     got = _consume(f"127.0.0.1:{supervised.port + 1}", topic, 400)
     assert sorted(got) == sorted(f"a-{i}".encode() for i in range(400))
+
+
+def test_named_listeners_get_a_port_per_worker(supervised: Supervised) -> None:
+    """A client of the EXTERNAL listener is told every worker's EXTERNAL address (its port
+    + the worker's index) and reads through worker 1's."""
+    topic = f"x-{uuid.uuid4().hex[:6]}"
+    external = f"127.0.0.1:{supervised.port + 3}"  # worker 1's EXTERNAL listener
+    admin = admin_mod.AdminClient({"bootstrap.servers": external})
+    admin.create_topics([admin_mod.NewTopic(topic, PARTS, 1)])[topic].result(30)
+    md = admin.list_topics(topic, timeout=30)
+    assert {b.id: b.port for b in md.brokers.values()} == {
+        NODE: supervised.port + 2,
+        NODE + 1: supervised.port + 3,
+    }
+    _produce(external, topic, 100, "x")
+    got = _consume(f"127.0.0.1:{supervised.port + 2}", topic, 100)
+    assert sorted(got) == sorted(f"x-{i}".encode() for i in range(100))
 
 
 def test_a_killed_worker_is_restarted_and_sigterm_stops_all(supervised: Supervised) -> None:

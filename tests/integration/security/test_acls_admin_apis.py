@@ -245,7 +245,29 @@ def test_update_features_needs_alter_cluster(world: World) -> None:
     assert [r.error_code for r in denied.results] == [CLUSTER_AUTHZ]
 
 
-def heartbeat(w: World, user: str, group: str, topics: list[str]) -> Any:
+def test_write_txn_markers_needs_cluster_action(world: World) -> None:
+    from kafka.protocol.producer.transaction import (
+        WriteTxnMarkersRequest,
+        WriteTxnMarkersResponse,
+    )
+
+    _carol, dave = users(world)
+    M = WriteTxnMarkersRequest.WritableTxnMarker
+    marker = M(
+        producer_id=1,
+        producer_epoch=0,
+        transaction_result=False,
+        topics=[M.WritableTxnMarkerTopic(name=world.topic, partition_indexes=[0])],
+        coordinator_epoch=0,
+    )
+    resp = world.call(dave, WriteTxnMarkersRequest(markers=[marker]), WriteTxnMarkersResponse, 1)
+    codes = [p.error_code for m in resp.markers for t in m.topics for p in t.partitions]
+    assert codes == [CLUSTER_AUTHZ]
+
+
+def heartbeat(
+    w: World, user: str, group: str, topics: list[str] | None, regex: str | None = None
+) -> Any:
     req = ConsumerGroupHeartbeatRequest(
         group_id=group,
         member_id=uuid.uuid4().hex[:22],
@@ -254,7 +276,7 @@ def heartbeat(w: World, user: str, group: str, topics: list[str]) -> Any:
         rack_id=None,
         rebalance_timeout_ms=30000,
         subscribed_topic_names=topics,
-        subscribed_topic_regex=None,
+        subscribed_topic_regex=regex,
         server_assignor=None,
         topic_partitions=[],
     )
@@ -268,6 +290,22 @@ def test_consumer_group_heartbeat_needs_read_group_and_describe_topics(world: Wo
     assert heartbeat(world, dave, world.dave_group, [world.topic]).error_code == OK
     got = heartbeat(world, dave, world.dave_group, [world.topic, world.hidden]).error_code
     assert got == TOPIC_AUTHZ
+
+
+def test_regex_subscription_gets_only_describable_topics(world: World) -> None:
+    """A regex matching the three topics of this module assigns dave only the one he may
+    DESCRIBE (Kafka 4 filters regex matches by the member's DESCRIBE permission)."""
+    _carol, dave = users(world)
+    group = f"azr-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(world.sb.confluent("SASL_PLAINTEXT", "admin"))
+    add_acls(admin, acl(ResourceType.GROUP, group, f"User:{dave}", AclOperation.READ))
+    tag = world.topic.removeprefix("az-")
+    assert heartbeat(world, dave, group, [], f"az-(hidden-|carol-)?{tag}").error_code == OK
+    req = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+    (g,) = world.call(dave, req, ConsumerGroupDescribeResponse, 1).groups
+    assert g.error_code == OK  # a hidden topic in the assignment would refuse the group
+    names = {tp.topic_name for m in g.members for tp in m.target_assignment.topic_partitions}
+    assert names == {world.topic}
 
 
 def test_consumer_group_describe_needs_describe_group(world: World) -> None:

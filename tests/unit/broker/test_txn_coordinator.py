@@ -181,3 +181,42 @@ async def test_stale_writer_loses_the_compare_and_set(meta: MetaStore) -> None:
     assert before.record is not None
     assert await a._save("tx4", before, before.record) is None  # noqa: SLF001
     assert await a.add_partitions("tx4", pid, epoch, frozenset({("t", 0)})) == E.PRODUCER_FENCED
+
+
+async def test_running_coordinator_times_out_from_its_watch_alone(meta: MetaStore) -> None:
+    """The started coordinator needs no scan: the id's state reaches it through the watch
+    after its one load, its deadline wakes it, and the transaction is aborted."""
+    c = coordinator(meta)
+    seen: list[tuple[str, MarkerRequest]] = []
+    async with owners(meta, seen):
+        c.start()
+        async with asyncio.timeout(30):
+            await c.following.wait()
+        err, pid, epoch = await c.init_producer_id("tx5", 200, -1, -1)
+        assert await c.add_partitions("tx5", pid, epoch, frozenset({("t", 0)})) == E.NONE
+        rec = await wait_state(meta, "tx5", TxnState.COMPLETE_ABORT)
+    assert rec.producer_epoch == epoch + 1
+    assert [k for k, _ in seen] == [f"{TXN_MARKERS_PREFIX}tx5/t/0"]
+    assert c.stats["loads"] == 1  # no scan since: the watch brought the state
+    await c.stop()
+
+
+async def test_idle_transactional_id_expires(meta: MetaStore) -> None:
+    """``transactional.id.expiration.ms``: an id idle that long is deleted, and its next
+    InitProducerId starts afresh with a new producer id."""
+    c = TxnCoordinator(meta, OneBroker(1), Ids(), 60_000, expiration_ms=300)  # type: ignore[arg-type]
+    c.start()
+    err, pid, epoch = await c.init_producer_id("tx6", 10_000, -1, -1)
+    assert err == E.NONE
+    async with asyncio.timeout(30):
+        watch = meta.watch(txn_state_key("tx6"))
+        try:
+            if await meta.get(txn_state_key("tx6")) is not None:
+                async for ev in watch:
+                    if ev.type == "delete":
+                        break
+        finally:
+            await watch.aclose()
+    err, pid2, epoch2 = await c.init_producer_id("tx6", 10_000, -1, -1)
+    assert (err, epoch2) == (E.NONE, 0) and pid2 != pid
+    await c.stop()

@@ -34,22 +34,48 @@ def test_the_flag_and_its_environment_variable(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_each_worker_gets_its_own_node_id_and_ports() -> None:
-    plans = plan_workers(3, 40, ("0.0.0.0", 9092), ("10.0.0.5", 19092), ("0.0.0.0", 8080))
+    base = ["--meta", "etcd://h:1", "--node-id", "40", "--listen", "0.0.0.0:9092",
+            "--advertised-listener", "10.0.0.5:19092", "--http", "0.0.0.0:8080"]  # fmt: skip
+    config, _ = config_from_args(base)
+    plans = plan_workers(3, config)
     assert [p.node_id for p in plans] == [40, 41, 42]
-    assert plans[2].args() == [
-        "--workers", "1", "--node-id", "42", "--listen", "0.0.0.0:9094",
-        "--advertised-listener", "10.0.0.5:19094", "--http", "0.0.0.0:8082",
-    ]  # fmt: skip
-    v6 = plan_workers(2, 0, ("::", 9092), ("::1", 9092), None)[1].args()
-    assert v6[-4:] == ["--listen", "[::]:9093", "--advertised-listener", "[::1]:9093"]
-    # the flags given last win: a worker's command line ends with them
-    config, _ = config_from_args(["--node-id", "40", "--listen", "0.0.0.0:9092", *plans[1].args()])
-    assert (config.node_id, config.listen_port, config.advertised_port) == (41, 9093, 19093)
+    assert plans[2].args() == ["--workers", "1", "--node-id", "42", "--port-offset", "2"]
+    assert plans[2].advertised == ("10.0.0.5", 19094)
+    # a worker's command line is the shared one plus its own flags: the last ones win, and
+    # a HOST:PORT --advertised-listener given on the shared line is not repeated
+    worker, _ = config_from_args([*base, *plans[1].args()])
+    assert (worker.node_id, worker.listen_port, worker.advertised_port) == (41, 9093, 19093)
+    assert worker.http == "0.0.0.0:8081"
+    v6, _ = config_from_args(
+        ["--listen", "[::]:9092", "--http", "[::1]:8080", "--port-offset", "1"]
+    )
+    assert (v6.listen_host, v6.listen_port, v6.http) == ("::", 9093, "[::1]:8081")
 
 
-def test_named_listeners_run_one_worker_unless_more_are_asked_for() -> None:
-    argv = ["--meta", "etcd://h:1", "--listener", "SASL_PLAINTEXT://127.0.0.1:9093"]
-    assert workers_for(argv, config_from_args(argv)[0]) == 1  # not one per core
-    argv += ["--workers", "2"]
-    with pytest.raises(WorkersError, match="--listener"):
-        workers_for(argv, config_from_args(argv)[0])
+def test_named_listeners_move_with_the_worker() -> None:
+    base = ["--meta", "etcd://h:1", "--listen", "127.0.0.1:9092",
+            "--listener", "SASL_SSL://0.0.0.0:9192", "--listener", "SSL://0.0.0.0:9292",
+            "--advertised-listener", "127.0.0.1:9092",
+            "--advertised-listener", "SASL_SSL://pod:9192",
+            "--advertised-listener", "SSL://pod:9292",
+            "--ssl-cert", "c.pem", "--ssl-key", "k.pem"]  # fmt: skip
+    assert workers_for(base, config_from_args(base)[0]) == 1  # by default: one
+    argv = [*base, "--workers", "2"]
+    assert workers_for(argv, config_from_args(argv)[0]) == 2
+    plans = plan_workers(2, config_from_args(base)[0])
+    worker, _ = config_from_args([*base, *plans[1].args()])
+    assert worker.security is not None
+    got = {
+        (x.name, x.port, x.advertised_host, x.advertised_port) for x in worker.security.listeners
+    }
+    assert got == {("PLAINTEXT", 9093, "127.0.0.1", 9093), ("SASL_SSL", 9193, "pod", 9193),
+                   ("SSL", 9293, "pod", 9293)}  # fmt: skip
+
+
+def test_workers_whose_ports_would_collide_are_refused() -> None:
+    config, _ = config_from_args(
+        ["--meta", "etcd://h:1", "--listen", "127.0.0.1:9092", "--http", "127.0.0.1:9093"]
+    )
+    with pytest.raises(WorkersError, match="port 9093 of worker 1 is also worker 0's"):
+        plan_workers(2, config)
+    assert len(plan_workers(1, config)) == 1

@@ -74,34 +74,61 @@ def test_probes_point_at_the_broker_http_endpoint() -> None:
     assert env["KAFSCALE_HTTP"].rsplit(":", 1)[1] == str(http_port)
 
 
-def test_service_monitor_selects_the_broker_service_and_its_metrics_port() -> None:
+def _workers() -> int:
+    env = {e["name"]: e.get("value") for e in _container()["env"]}
+    return int(env["KAFSCALE_WORKERS"])
+
+
+def test_service_monitor_scrapes_every_worker_of_a_pod() -> None:
+    """Each worker serves its own /metrics on the HTTP port + its index: the ServiceMonitor
+    needs one endpoint per worker, through a Service port that reaches it, and a distinct
+    ``instance`` per worker (pod and port name) so that their series do not collide."""
     sm = _one("ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     service = _one("Service", "kafscale")
     labels = service["metadata"]["labels"]
     assert sm["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    (endpoint,) = sm["spec"]["endpoints"]
-    assert endpoint["path"] == "/metrics"
-    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    target = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
-    assert target["targetPort"] == "http"
+    container_ports = {p["name"]: p["containerPort"] for p in _container()["ports"]}
+    service_ports = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
+    scraped = set()
+    for endpoint in sm["spec"]["endpoints"]:
+        assert endpoint["path"] == "/metrics"
+        scraped.add(container_ports[service_ports[endpoint["port"]]])
+        (relabel,) = endpoint["relabelings"]
+        assert relabel["targetLabel"] == "instance"
+        assert "__meta_kubernetes_endpoint_port_name" in relabel["sourceLabels"]
+    assert scraped == {container_ports["http"] + i for i in range(_workers())}
 
 
-def test_the_security_overlay_runs_one_worker_with_its_named_listeners() -> None:
-    """``--workers`` above 1 with ``--listener`` is refused (broker/workers.py): the overlay
-    that adds named listeners must bring the base's worker count back to one."""
+def test_the_security_overlay_gives_every_worker_its_listeners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With named listeners each worker serves every port + its index: the overlay's
+    listeners must not collide between the base's workers (``plan_workers`` refuses that),
+    and the container must declare every worker's port."""
     from broker.cli_broker import config_from_args
-    from broker.workers import workers_for
+    from broker.workers import bound_ports, plan_workers, shift_ports, workers_for
 
-    base = {e["name"]: e.get("value") for e in _one("Deployment")["spec"]["template"]["spec"][
-        "containers"][0]["env"]}  # fmt: skip
     patch = yaml.safe_load((K8S / "security" / "broker-security.yaml").read_text())
-    env = {**base}
-    env.update({e["name"]: e.get("value") for e in patch["spec"]["template"]["spec"][
-        "containers"][0]["env"]})  # fmt: skip
-    assert env["KAFSCALE_WORKERS"] == "1" and "KAFSCALE_LISTENER" in env
-    argv = [
-        "--meta", "etcd://etcd:2379", "--workers", env["KAFSCALE_WORKERS"],
-        *(a for item in env["KAFSCALE_LISTENER"].split(",") for a in ("--listener", item)),
-    ]  # fmt: skip
-    assert workers_for(argv, config_from_args(argv)[0]) == 1
+    patched = patch["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in _container()["env"]}
+    env.update({e["name"]: e.get("value") for e in patched["env"]})
+    secrets = (K8S / "security" / "secrets.yaml").read_text()
+    for doc in yaml.safe_load_all(secrets):
+        if doc and doc["kind"] == "ConfigMap":  # envFrom: the OAuth settings
+            env.update(doc["data"])
+    assert "KAFSCALE_LISTENER" in env
+    for name, value in env.items():
+        if name.startswith("KAFSCALE_") and value is not None:
+            monkeypatch.setenv(name, value.replace("$(POD_IP)", "10.0.0.7"))
+    monkeypatch.delenv("KAFSCALE_NODE_ID", raising=False)
+    meta = ["--meta", "etcd://etcd:2379"]  # the base's kafscale-store ConfigMap
+    config, _ = config_from_args(meta)
+    n = workers_for(meta, config)
+    assert n == _workers() > 1
+    plans = plan_workers(n, config)
+    declared = {p["containerPort"] for p in _container()["ports"] + patched["ports"]}
+    for plan in plans:
+        worker, _ = config_from_args([*meta, *plan.args()])
+        assert set(bound_ports(worker)) - {9092 + plan.index} <= declared  # 9092+i: localhost
+        assert bound_ports(worker) == bound_ports(shift_ports(config, plan.index))

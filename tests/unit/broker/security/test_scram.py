@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from broker.security import scram
 from broker.security.config import Listener
-from broker.security.sasl import PlainServer, ScramMechanism, Session
+from broker.security.sasl import PlainServer, ScramMechanism, Session, verify_plain
 from broker.security.scram import SaslFailure, ScramCredential, ScramServer, make_credential
 
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -131,6 +131,28 @@ def test_plain() -> None:
     for bad in (b"\x00bob\x00nope", b"eve\x00bob\x00pw", b"\x00bob", b"\x00\x00pw",
                 b"\x00nobody\x00pw", b"\x00bob\x00pw\x00x", b"\x00\xff\x00pw"):  # fmt: skip
         assert not asyncio.run(attempt(bad)), bad
+
+
+@pytest.mark.parametrize("user", ["bob", "nobody"])
+def test_plain_failure_costs_one_pbkdf2_known_user_or_not(
+    monkeypatch: pytest.MonkeyPatch, user: str
+) -> None:
+    """A wrong password and an unknown user both cost one PBKDF2 of the default
+    iterations: the failure's timing does not tell whether the user exists."""
+    creds = Creds({("bob", "SCRAM-SHA-256"): make_credential("SCRAM-SHA-256", "pw")})
+    runs: list[int] = []
+    real = scram.salted_password
+
+    def counting(mechanism: str, password: bytes, salt: bytes, iterations: int) -> bytes:
+        runs.append(iterations)
+        return real(mechanism, password, salt, iterations)
+
+    monkeypatch.setattr(scram, "salted_password", counting)
+    assert asyncio.run(verify_plain(creds, user, b"wrong")) is None
+    assert runs == [scram.DEFAULT_ITERATIONS]
+    with pytest.raises(SaslFailure):
+        asyncio.run(PlainServer(creds).step(b"\x00" + user.encode() + b"\x00wrong"))
+    assert runs == [scram.DEFAULT_ITERATIONS] * 2
 
 
 def test_session_gate_and_reauth_keeps_principal() -> None:
