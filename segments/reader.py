@@ -18,8 +18,12 @@ from segments.format import (
     HEADER_SIZE,
     CorruptSegmentError,
     IndexEntry,
+    body_end,
+    index_key_for,
+    index_trailer_length,
     iter_segment_batches,
     lookup,
+    parse_index,
 )
 from segments.store import Buffer, ObjectStore
 
@@ -66,14 +70,14 @@ def slice_batches(
 ) -> memoryview:
     """Whole batches from an in-memory segment (a view into ``data``, no copy)."""
     view = memoryview(data)
-    body_end = len(view) - FOOTER_SIZE
+    end = body_end(view)
     pos = _start_position(index, offset)
-    while pos < body_end:
-        if body_end - pos < BATCH_HEADER_SIZE:
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
             raise CorruptSegmentError(f"truncated batch header at byte {pos}")
-        hdr = _header_at(view, pos, pos, body_end)
+        hdr = _header_at(view, pos, pos, end)
         if hdr.last_offset >= offset:
-            total = _collect(view[:body_end], pos, pos, hdr.size, max_bytes)
+            total = _collect(view[:end], pos, pos, hdr.size, max_bytes)
             return view[pos : pos + total]
         pos += hdr.size
     return _EMPTY
@@ -87,14 +91,16 @@ async def read_from(
     max_bytes: int,
     size: int,
     etag: str | None,
+    trailer: int = 0,
 ) -> memoryview:
     """Whole batches from ``offset`` via ranged GETs (If-Match ``etag``).
 
-    ``size`` is the segment object's size. Returns an empty view when ``offset`` is past
+    ``size`` is the segment object's size, ``trailer`` the length of its index trailer
+    (version 2; ``load_index`` says). Returns an empty view when ``offset`` is past
     the segment's last offset. Raises CorruptSegmentError on bad framing, and the store's
     errors (ObjectNotFoundError, PreconditionFailedError, StoreError) unchanged.
     """
-    body_end = size - FOOTER_SIZE
+    body_end = size - FOOTER_SIZE - trailer
     pos = _start_position(index, offset)
     chunk = max(max_bytes, MIN_READ)
     buf = _EMPTY
@@ -122,6 +128,19 @@ async def read_from(
     rel = pos - buf_start
     total = _collect(buf[: want_end - buf_start], rel, pos, hdr.size, max_bytes)
     return buf[rel : rel + total]
+
+
+async def load_index(
+    store: ObjectStore, key: str, size: int, etag: str | None
+) -> tuple[list[IndexEntry], int]:
+    """The sparse index of a stored segment without reading its body, and the length of
+    its index trailer: from the trailer of a version 2 segment (header, then the trailer's
+    range), from the ``.index`` object beside a version 1 one (docs/format.md)."""
+    trailer = index_trailer_length(await store.get(key, 0, HEADER_SIZE, etag), size)
+    if not trailer:
+        return parse_index(await store.get(index_key_for(key))), 0
+    end = size - FOOTER_SIZE
+    return parse_index(await store.get(key, end - trailer, end, etag)), trailer
 
 
 def scan_segment(data: Buffer) -> list[BatchPosition]:
