@@ -27,6 +27,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("  paced: segment PUT p99 ms", "paced", "put_p99_ms"),
     ("  paced: metadata txn p99 ms", "paced", "commit_p99_ms"),
     ("  paced: interval+PUT+txn p99 ms", "paced", "budget"),
+    ("  paced: wait for a cycle p99 ms", "paced", "wait_p99_ms"),
     ("consume MB/s", "consume", "mbs"),
     ("consume msg/s", "consume", "msgs"),
 ]

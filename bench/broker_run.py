@@ -146,6 +146,8 @@ def _brief(res: dict[str, Any]) -> str:
         text += f"  PUT p99 {res['put_p99_ms']:.1f} ms ({res['put_count']})"
     if "commit_p99_ms" in res:
         text += f"  txn p99 {res['commit_p99_ms']:.1f} ms ({res['commit_count']})"
+    if "wait_p99_ms" in res:
+        text += f"  cycle wait p99 {res['wait_p99_ms']:.1f} ms"
     if "p50_ms" in res:
         text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
     return text

@@ -12,6 +12,7 @@ from typing import Any
 
 PUT = "kafscale_segment_put_duration_seconds"
 COMMIT = "kafscale_flush_commit_duration_seconds"
+WAIT = "kafscale_flush_wait_seconds"  # a batch's wait for its cycle to start
 Buckets = dict[float, float]  # upper bound (s) -> cumulative count
 
 
@@ -27,7 +28,7 @@ def scrape_buckets(url: str | None) -> dict[str, Buckets]:
     out: dict[str, Buckets] = {}
     for line in text.splitlines():
         name, _, rest = line.partition("_bucket{")
-        if name not in (PUT, COMMIT):
+        if name not in (PUT, COMMIT, WAIT):
             continue
         labels, _, value = rest.partition("} ")
         le = labels.split('le="', 1)[1].split('"', 1)[0]
@@ -56,10 +57,10 @@ def quantile(before: Buckets, after: Buckets, q: float) -> tuple[float, int]:
 
 
 def waits(before: dict[str, Buckets], after: dict[str, Buckets]) -> dict[str, Any]:
-    """``put_p99_ms``, ``commit_p99_ms`` and their counts for one phase (empty if the
-    broker exports neither, e.g. a base tree from before they existed)."""
+    """``put_p99_ms``, ``commit_p99_ms``, ``wait_p99_ms`` and their counts for one phase
+    (empty if the broker exports none, e.g. a base tree from before they existed)."""
     out: dict[str, Any] = {}
-    for name, key in ((PUT, "put"), (COMMIT, "commit")):
+    for name, key in ((PUT, "put"), (COMMIT, "commit"), (WAIT, "wait")):
         if name in after:
             p99, n = quantile(before.get(name, {}), after[name], 0.99)
             out[f"{key}_p99_ms"], out[f"{key}_count"] = p99, n

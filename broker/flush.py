@@ -129,6 +129,10 @@ class Flusher:
         """Take the buffers of ``ready`` now and flush them in a task of their own; its
         commit waits for the previous cycle's (manifest entries stay in offset order)."""
         prev = self._cycles[-1] if self._cycles else None
+        now = asyncio.get_running_loop().time()
+        waited = self.logs.metrics.flush_wait
+        for lg in ready:  # how long its oldest batch waited for a cycle (docs/benchmarks.md)
+            waited.observe(now - lg.pending_since)
         jobs = [(lg, lg.take_pending()) for lg in ready]
         task = asyncio.create_task(self._run_cycle(jobs, prev), name="flush-cycle")
         self._cycles.append(task)

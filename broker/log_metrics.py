@@ -55,6 +55,12 @@ class LogMetrics:
             (),
             WAIT_BUCKETS,
         ).child()
+        self.flush_wait = t.histogram(
+            "flush_wait_seconds",
+            "How long a partition's oldest buffered batch waited for its flush cycle to start.",
+            (),
+            WAIT_BUCKETS,
+        ).child()
         self.flush_commit = t.histogram(
             "flush_commit_duration_seconds",
             "One flush cycle's metadata transaction (per chunk), guards and resolution included.",

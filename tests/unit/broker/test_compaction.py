@@ -430,7 +430,10 @@ def test_passes_of_the_compactor_leave_the_last_value_per_key(
     from broker.compaction_policy import KEY_ENTRY_BYTES
 
     async def scenario(tmp: Path) -> None:
-        b = Broker(local_config(tmp, segment_delete_grace_ms=0))
+        # the background maintenance loop stays idle: it would compact concurrently with
+        # the passes this test drives, and a pass that finds the manifest moved stops
+        idle = {"merge_interval_ms": 3_600_000, "retention_check_interval_ms": 3_600_000}
+        b = Broker(local_config(tmp, segment_delete_grace_ms=0, **idle))
         await b.start()
         try:
             await b.topics.create(TOPIC, 1, configs=COMPACT)
