@@ -3,7 +3,8 @@
 State is an in-memory sorted map (store revision; create/mod revision and version per key).
 Every committed write (put, delete, transaction, lease expiry) is one checksummed record in
 an append-only log, fdatasync'd before the call returns and before watchers hear of it.
-Writes are serialized by one lock and their append + fdatasync runs in a worker thread:
+Writes are serialized by one lock and their append + fdatasync runs in the store's own
+worker thread (never queued behind segment uploads in the default executor):
 the event loop serves everything else (request reading, segment uploads, reads of the
 map) while a flush cycle's commit waits on the disk; a write is applied to the map only
 once it is durable, so nothing ever reads a write that a crash could lose.
@@ -27,6 +28,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import AsyncGenerator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from broker.meta import wal
 from broker.meta.base import (
@@ -68,6 +70,7 @@ class EmbeddedStore:
         self._files = MetaDir(path)
         # serializes writes: the compare, the durable append (in a thread) and the apply
         self._write_lock = asyncio.Lock()
+        self._disk: ThreadPoolExecutor | None = None  # the log's appends, one at a time
         self._expiring: set[asyncio.Task[None]] = set()
         if read_only:
             self._files.open_read_only(self._space)
@@ -96,7 +99,10 @@ class EmbeddedStore:
         """``_commit`` with the append + fdatasync in a worker thread; the caller holds
         ``_write_lock``, so the revision and the log stay in order."""
         rev = self._space.rev + 1
-        await asyncio.to_thread(self._durable, wal.encode_record(rev, ops))
+        if self._disk is None:
+            self._disk = ThreadPoolExecutor(1, thread_name_prefix="meta-log")
+        record = wal.encode_record(rev, ops)
+        await asyncio.get_running_loop().run_in_executor(self._disk, self._durable, record)
         return self._applied(rev, ops)
 
     def _durable(self, record: bytes) -> None:
@@ -243,3 +249,5 @@ class EmbeddedStore:
         self._space.close_watchers()
         async with self._write_lock:  # a write's append in its thread finishes first
             self._files.release()
+        if self._disk is not None:
+            self._disk.shutdown(wait=False)
