@@ -8,6 +8,7 @@ first batch is returned even when it alone exceeds ``max_bytes``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from segments.store import Buffer, ObjectStore
 log = logging.getLogger(__name__)
 
 MIN_READ = 64 * 1024  # smallest ranged GET while looking for the batch holding an offset
+TAIL_READ = 64 * 1024  # the object's tail read with its header for the index (~5,000 entries)
 _EMPTY = memoryview(b"")
 
 
@@ -134,11 +136,19 @@ async def load_index(
     store: ObjectStore, key: str, size: int, etag: str | None
 ) -> tuple[list[IndexEntry], int]:
     """The sparse index of a stored segment without reading its body, and the length of
-    its index trailer: from the trailer of a version 2 segment (header, then the trailer's
-    range), from the ``.index`` object beside a version 1 one (docs/format.md)."""
-    trailer = index_trailer_length(await store.get(key, 0, HEADER_SIZE, etag), size)
+    its index trailer (docs/format.md). The header and the object's last ``TAIL_READ``
+    bytes are read at once: a version 2 segment's trailer is in that tail unless its index
+    is huge (then its exact range is read); a version 1 segment's index is the ``.index``
+    object beside it."""
+    tail_len = min(size - HEADER_SIZE, TAIL_READ)
+    head, tail = await asyncio.gather(
+        store.get(key, 0, HEADER_SIZE, etag), store.get(key, size - tail_len, size, etag)
+    )
+    trailer = index_trailer_length(head, size)
     if not trailer:
         return parse_index(await store.get(index_key_for(key))), 0
+    if trailer + FOOTER_SIZE <= len(tail):
+        return parse_index(memoryview(tail)[-FOOTER_SIZE - trailer : -FOOTER_SIZE]), trailer
     end = size - FOOTER_SIZE
     return parse_index(await store.get(key, end - trailer, end, etag)), trailer
 

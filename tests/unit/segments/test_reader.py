@@ -17,6 +17,7 @@ from segments.format import (
 from segments.local_store import LocalStore
 from segments.reader import (
     MIN_READ,
+    TAIL_READ,
     find_offset_for_timestamp,
     load_index,
     read_from,
@@ -89,10 +90,25 @@ async def test_load_index_reads_either_layout(tmp_path: Path, version: int) -> N
     index, trailer = await load_index(store, "t/0/seg.kfs", len(data), etag)
     assert index == parse_index(built.index) and len(index) == 3
     assert trailer == (len(built.index) if version == 2 else 0)
-    # the header, then the trailer's range (v2) or the whole index object (v1): no body
-    body = (HEADER_SIZE, body_end(data))
-    assert store.ranges[0] == (0, HEADER_SIZE) and len(store.ranges) == 2
-    assert store.ranges[1] == ((body[1], len(data) - FOOTER_SIZE) if version == 2 else (None, None))
+    # the header and the tail at once (v2: the trailer is in the tail; v1: then the whole
+    # index object beside it); the tail is the last 64 KiB at most
+    tail = (max(HEADER_SIZE, len(data) - TAIL_READ), len(data))
+    assert sorted(store.ranges[:2], key=str) == sorted([(0, HEADER_SIZE), tail], key=str)
+    assert store.ranges[2:] == ([] if version == 2 else [(None, None)])
+
+
+async def test_load_index_of_a_huge_trailer_reads_its_range(tmp_path: Path, version: int) -> None:
+    """An index longer than the tail read with the header: its exact range is read."""
+    store, etag, built, data = await stored(
+        tmp_path, version, [1] * 7000, index_interval=1, value_size=1
+    )
+    assert len(built.index) > TAIL_READ
+    store.ranges.clear()
+    index, trailer = await load_index(store, "t/0/seg.kfs", len(data), etag)
+    assert index == parse_index(built.index) and len(index) == 7000
+    if version == 2:
+        assert trailer == len(built.index)
+        assert store.ranges[2:] == [(body_end(data), len(data) - FOOTER_SIZE)]
 
 
 async def test_every_offset_returns_the_containing_batch_first(
