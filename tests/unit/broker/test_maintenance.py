@@ -226,12 +226,22 @@ async def test_legacy_segments_with_index_objects_are_read_merged_and_deleted(
     assert await read_all(node.logs, lg) == expected(6)
     await produce(node.logs, 2, start=6)  # new ones beside them: one object each
     assert len(objects(tmp_path)) == 14
+    # the ranged read path (segments too big to read whole: index, then ranged GETs)
+    import broker.reads
+
+    monkeypatch.setattr(broker.reads, "WHOLE_READ_LIMIT", 0)
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(8)  # both layouts
+    monkeypatch.undo()
     await maint(node).run_once()
     await maint(node).flush_deletes()
     (merged,) = lg.segments
     assert objects(tmp_path) == {merged.key}  # old segments and old index objects gone
     node.logs.cache.clear()
     assert await read_all(node.logs, lg) == expected(8)
+    monkeypatch.setattr(broker.reads, "WHOLE_READ_LIMIT", 0)
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg, 7) == expected(8)[7:]  # from inside the merged one
 
 
 async def test_merge_replaces_small_segments_and_keeps_every_record(
