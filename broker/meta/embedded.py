@@ -7,7 +7,9 @@ Writes are serialized by one lock and their append + fdatasync runs in the store
 worker thread (never queued behind segment uploads in the default executor):
 the event loop serves everything else (request reading, segment uploads, reads of the
 map) while a flush cycle's commit waits on the disk; a write is applied to the map only
-once it is durable, so nothing ever reads a write that a crash could lose.
+once it is durable, so nothing ever reads a write that a crash could lose. A write runs
+to its end (shielded) even when its caller is cancelled: an append that reached the disk
+is always applied before the next write takes the lock (the revisions stay unique).
 When the log grows past ``compact_bytes`` the map is written as a snapshot (temp + fsync +
 rename) and the log is truncated. Opening replays snapshot + log; a torn tail is dropped.
 
@@ -154,20 +156,20 @@ class EmbeddedStore:
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         self._check(write=True)
-        return (await self._txn((), (Put(key, value, lease),), ())).revision
+        return (await asyncio.shield(self._txn((), (Put(key, value, lease),), ()))).revision
 
     async def delete(self, key: str, prefix: bool = False) -> int:
         self._check(write=True)
         n = len(self._space.overlay_keys(self._space.full(key), prefix, {}))
         if n:
-            await self._txn((), (Delete(key, prefix),), ())
+            await asyncio.shield(self._txn((), (Delete(key, prefix),), ()))
         return n
 
     async def txn(
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
     ) -> TxnResult:
         self._check()
-        return await self._txn(compares, success, failure)
+        return await asyncio.shield(self._txn(compares, success, failure))
 
     async def grant_lease(self, ttl: int) -> int:
         self._check(write=True)
@@ -192,7 +194,7 @@ class EmbeddedStore:
 
     async def revoke_lease(self, lease_id: int) -> None:
         self._check(write=True)
-        await self._end_lease(lease_id)
+        await asyncio.shield(self._end_lease(lease_id))
 
     async def _end_lease(self, lease_id: int) -> None:
         lease = self._space.leases.pop(lease_id, None)  # refreshes fail from here on
@@ -216,7 +218,7 @@ class EmbeddedStore:
 
     async def _expire_now(self, lease_id: int) -> None:
         try:
-            await self._end_lease(lease_id)
+            await asyncio.shield(self._end_lease(lease_id))
         except MetaStoreError as exc:
             log.error("metadata store: expiring lease %x failed: %s", lease_id, exc)
 

@@ -226,3 +226,47 @@ async def test_a_write_waits_on_the_disk_off_the_event_loop(
         assert kv is not None and kv.value == b"new"
     finally:
         await again.close()
+
+
+async def test_a_cancelled_write_still_lands_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller cancelled while its write waits on the disk: the append that reached the
+    log is applied before any later write, so revisions stay unique (memory and replay
+    agree)."""
+    from broker.meta.durable import MetaDir
+
+    store = EmbeddedStore(str(tmp_path))
+    rev0 = await store.put("/k", b"0")
+    entered, release = threading.Event(), threading.Event()
+    real = MetaDir.append
+
+    def slow_append(self: MetaDir, record: bytes) -> None:
+        if not release.is_set():
+            entered.set()
+            assert release.wait(30), "the test never released the disk"
+        real(self, record)
+
+    monkeypatch.setattr(MetaDir, "append", slow_append)
+    try:
+        caller = asyncio.ensure_future(store.put("/k", b"1"))
+        assert await asyncio.to_thread(entered.wait, 30)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        later = asyncio.ensure_future(store.put("/j", b"2"))
+        await asyncio.sleep(0)
+        release.set()
+        assert await asyncio.wait_for(later, 30) == rev0 + 2
+        kv = await store.get("/k")
+        assert kv is not None and kv.value == b"1" and kv.mod_revision == rev0 + 1
+    finally:
+        release.set()
+        await store.close()
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert again.revision == rev0 + 2
+        kv = await again.get("/k")
+        assert kv is not None and kv.value == b"1" and kv.mod_revision == rev0 + 1
+    finally:
+        await again.close()
