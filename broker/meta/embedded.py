@@ -7,9 +7,9 @@ Writes are serialized by one lock and their append + fdatasync runs in the store
 worker thread (never queued behind segment uploads in the default executor):
 the event loop serves everything else (request reading, segment uploads, reads of the
 map) while a flush cycle's commit waits on the disk; a write is applied to the map only
-once it is durable, so nothing ever reads a write that a crash could lose. A write runs
-to its end (shielded) even when its caller is cancelled: an append that reached the disk
-is always applied before the next write takes the lock (the revisions stay unique).
+once it is durable, so nothing ever reads a write that a crash could lose. A write whose
+caller is cancelled while it waits on the disk still finishes its append and applies it
+before it lets the lock go (then raises CancelledError): the revisions stay unique.
 When the log grows past ``compact_bytes`` the map is written as a snapshot (temp + fsync +
 rename) and the log is truncated. Opening replays snapshot + log; a torn tail is dropped.
 
@@ -104,8 +104,20 @@ class EmbeddedStore:
         if self._disk is None:
             self._disk = ThreadPoolExecutor(1, thread_name_prefix="meta-log")
         record = wal.encode_record(rev, ops)
-        await asyncio.get_running_loop().run_in_executor(self._disk, self._durable, record)
-        return self._applied(rev, ops)
+        fut = asyncio.get_running_loop().run_in_executor(self._disk, self._durable, record)
+        cancelled = False
+        while True:
+            try:
+                await asyncio.shield(fut)  # a failed append raises its own error here
+                break
+            except asyncio.CancelledError:
+                if fut.cancelled():
+                    raise
+                cancelled = True  # the append goes on: finish it, apply it, then raise
+        rev = self._applied(rev, ops)
+        if cancelled:
+            raise asyncio.CancelledError
+        return rev
 
     def _durable(self, record: bytes) -> None:
         if self._files.broken:
@@ -156,20 +168,20 @@ class EmbeddedStore:
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         self._check(write=True)
-        return (await asyncio.shield(self._txn((), (Put(key, value, lease),), ()))).revision
+        return (await self._txn((), (Put(key, value, lease),), ())).revision
 
     async def delete(self, key: str, prefix: bool = False) -> int:
         self._check(write=True)
         n = len(self._space.overlay_keys(self._space.full(key), prefix, {}))
         if n:
-            await asyncio.shield(self._txn((), (Delete(key, prefix),), ()))
+            await self._txn((), (Delete(key, prefix),), ())
         return n
 
     async def txn(
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
     ) -> TxnResult:
         self._check()
-        return await asyncio.shield(self._txn(compares, success, failure))
+        return await self._txn(compares, success, failure)
 
     async def grant_lease(self, ttl: int) -> int:
         self._check(write=True)
@@ -194,7 +206,7 @@ class EmbeddedStore:
 
     async def revoke_lease(self, lease_id: int) -> None:
         self._check(write=True)
-        await asyncio.shield(self._end_lease(lease_id))
+        await self._end_lease(lease_id)
 
     async def _end_lease(self, lease_id: int) -> None:
         lease = self._space.leases.pop(lease_id, None)  # refreshes fail from here on
@@ -218,7 +230,7 @@ class EmbeddedStore:
 
     async def _expire_now(self, lease_id: int) -> None:
         try:
-            await asyncio.shield(self._end_lease(lease_id))
+            await self._end_lease(lease_id)
         except MetaStoreError as exc:
             log.error("metadata store: expiring lease %x failed: %s", lease_id, exc)
 

@@ -231,9 +231,9 @@ async def test_a_write_waits_on_the_disk_off_the_event_loop(
 async def test_a_cancelled_write_still_lands_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A caller cancelled while its write waits on the disk: the append that reached the
-    log is applied before any later write, so revisions stay unique (memory and replay
-    agree)."""
+    """A caller cancelled while its write waits on the disk: the append goes on and is
+    applied before any later write (then the caller sees CancelledError), so revisions
+    stay unique and memory and replay agree."""
     from broker.meta.durable import MetaDir
 
     store = EmbeddedStore(str(tmp_path))
@@ -251,12 +251,13 @@ async def test_a_cancelled_write_still_lands_once(
     try:
         caller = asyncio.ensure_future(store.put("/k", b"1"))
         assert await asyncio.to_thread(entered.wait, 30)
-        caller.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await caller
+        caller.cancel()  # takes effect once the append it started is done and applied
         later = asyncio.ensure_future(store.put("/j", b"2"))
         await asyncio.sleep(0)
+        assert not caller.done() and not later.done()
         release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(caller, 30)
         assert await asyncio.wait_for(later, 30) == rev0 + 2
         kv = await store.get("/k")
         assert kv is not None and kv.value == b"1" and kv.mod_revision == rev0 + 1
