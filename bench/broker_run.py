@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_targets import Sampler, Target, cpu_seconds, profiled
+from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
 
 MSG_SIZE = 1024
@@ -77,9 +78,12 @@ def warm_up(target: Target, plan: Plan) -> None:
 
 def _run_phase(target: Target, phase: str, spec: dict[str, Any], spy: Path | None) -> Any:
     cpu = cpu_seconds(target.pid)
+    hist = scrape_buckets(target.metrics_url)
     with profiled(target, phase, spy):
         res = run_worker(spec)
     res["server_cpu_s"] = cpu_seconds(target.pid) - cpu
+    res.update(waits(hist, scrape_buckets(target.metrics_url)))
+    res["flush_interval_ms"] = target.flush_interval_ms
     print(f"  {target.name:<6} {phase:<13} {_brief(res)}", flush=True)
     return res
 
@@ -138,6 +142,12 @@ def _brief(res: dict[str, Any]) -> str:
     text = f"{mbs:8.1f} MB/s {msgs:10.0f} msg/s  ({res['messages']} msgs, {res['errors']} errors)"
     if res.get("server_cpu_s") and res["bytes"]:
         text += f"  server CPU {res['server_cpu_s'] * 1000 / (res['bytes'] / MB):.1f} ms/MB"
+    if "put_p99_ms" in res:
+        text += f"  PUT p99 {res['put_p99_ms']:.1f} ms ({res['put_count']})"
+    if "commit_p99_ms" in res:
+        text += f"  txn p99 {res['commit_p99_ms']:.1f} ms ({res['commit_count']})"
+    if "wait_p99_ms" in res:
+        text += f"  cycle wait p99 {res['wait_p99_ms']:.1f} ms"
     if "p50_ms" in res:
         text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
     return text

@@ -51,6 +51,19 @@ class Target:
     pid: int | None = None  # the broker process (RSS sampling, profiling)
     metrics_url: str | None = None
     limit_bytes: int = 0  # broker in-flight + cache bytes
+    flush_interval_ms: float = float("nan")  # the broker's (bench/broker_waits.py)
+
+
+def flush_interval_ms(extra: list[str], s3: bool) -> float:
+    """The flush interval a broker started with ``extra`` flags runs with."""
+    from broker.cli_broker import LOCAL_FLUSH_INTERVAL_MS, S3_FLUSH_INTERVAL_MS
+
+    for i, arg in enumerate(extra):
+        if arg.startswith("--flush-interval-ms="):
+            return float(arg.split("=", 1)[1])
+        if arg == "--flush-interval-ms" and i + 1 < len(extra):
+            return float(extra[i + 1])
+    return float(S3_FLUSH_INTERVAL_MS if s3 else LOCAL_FLUSH_INTERVAL_MS)
 
 
 @dataclass
@@ -205,6 +218,7 @@ def broker_target(
             broker.pid,
             f"http://127.0.0.1:{http}/metrics",
             (limits.broker_inflight_bytes + limits.cache_bytes) * workers,
+            flush_interval_ms(extra, bool(store_url and store_url.startswith("s3://"))),
         )
     finally:
         broker.stop()
@@ -227,7 +241,8 @@ def base_target(
     broker = BrokerProcess(workdir, port, args, env).start()
     try:
         yield Target("base", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
-                     limits.broker_inflight_bytes + limits.cache_bytes)  # fmt: skip
+                     limits.broker_inflight_bytes + limits.cache_bytes,
+                     flush_interval_ms(extra, False))  # fmt: skip
     finally:
         broker.stop()
 

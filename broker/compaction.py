@@ -52,7 +52,7 @@ from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from broker.txn_compaction import aborted_batch, cleanable_below_lso
 from broker.txn_partition import PartitionTxns, state_of
 from protocol.compaction import record_columns
-from segments.format import build_segment, index_key_for, iter_segment_batches, partition_prefix
+from segments.format import build_segment, iter_segment_batches, partition_prefix
 from segments.store import Buffer
 
 if TYPE_CHECKING:
@@ -284,8 +284,7 @@ class Compactor:
         key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
         data = b"".join(built.buffers)
         store = self.logs.store
-        await store.put_if_absent(index_key_for(key), [built.index])
-        etag = await store.put_if_absent(key, [data])
+        etag = await store.put_if_absent(key, [data])  # its index inside
         self.stats["bytes_written"] += len(data)
         await throttle.consume(len(data))
         cleaned = collapse([(first.base, NO_TOMBSTONES), *out.tombstones])

@@ -3,8 +3,9 @@
 Handlers append to a ``PartitionLog`` (offsets assigned in memory) and call
 ``Flusher.appended``. A single flusher task runs *flush cycles*: when any partition's
 buffer reaches ``flush_bytes`` or its oldest batch is ``flush_interval_ms`` old, it takes
-every ready partition's buffer, writes each as a segment + index under a writer-unique
-object name (docs/format.md, "Object keys") with a conditional PUT, then commits ONE
+every ready partition's buffer, writes each as ONE segment object (its index inside,
+docs/format.md) under a writer-unique object name ("Object keys") with a conditional PUT,
+then commits ONE
 metadata transaction for the cycle (chunked at the store's operation limit) through the
 ``Committer``: guarded by each partition's owner value and end revision, it appends the
 manifest entries and the new log ends. Only then are the appends acknowledged.
@@ -30,7 +31,7 @@ from broker.meta.base import Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, SegmentMeta
 from protocol.errors import ErrorCode
-from segments.format import build_segment, index_key_for, parse_index, partition_prefix
+from segments.format import build_segment, parse_index, partition_prefix
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -128,6 +129,10 @@ class Flusher:
         """Take the buffers of ``ready`` now and flush them in a task of their own; its
         commit waits for the previous cycle's (manifest entries stay in offset order)."""
         prev = self._cycles[-1] if self._cycles else None
+        now = asyncio.get_running_loop().time()
+        waited = self.logs.metrics.flush_wait
+        for lg in ready:  # how long its oldest batch waited for a cycle (docs/benchmarks.md)
+            waited.observe(now - lg.pending_since)
         jobs = [(lg, lg.take_pending()) for lg in ready]
         task = asyncio.create_task(self._run_cycle(jobs, prev), name="flush-cycle")
         self._cycles.append(task)
@@ -194,20 +199,15 @@ class Flusher:
             name = lg.new_object_name(base, built.last_offset)
             key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
             faults.checkpoint("flush.before_put")
-            store = self.logs.store
-            # both objects at once: each PUT waits mostly on its fsyncs (or S3 round trip)
-            results = await asyncio.gather(
-                store.put_if_absent(index_key_for(key), [built.index]),
-                store.put_if_absent(key, [data]),
-                return_exceptions=True,
-            )
-            failed = [r for r in results if isinstance(r, BaseException)]
-            if failed:
-                # never committed, and the name is ours alone: nothing else can need them
+            # one object (the index is its trailer): one PUT per partition per cycle
+            put_started = time.perf_counter()
+            try:
+                etag = await self.logs.store.put_if_absent(key, [data])
+            except Exception:
+                # never committed, and the name is ours alone: nothing else can need it
                 await self.logs.discard(lg, [key])
-                raise failed[0]
-            etag = results[1]
-            assert isinstance(etag, str)
+                raise
+            self.logs.metrics.segment_put.observe(time.perf_counter() - put_started)
             self.logs.cache.put(key, data, parse_index(built.index), etag)
             self.stats["segments"] += 1
             self.stats["segment_bytes"] += built.size
@@ -253,7 +253,9 @@ class Flusher:
             )
             probes[seg_entry_key(lg.topic, lg.partition, seg.base)] = entry
         lgs = [lg for lg, _pend, _seg in chunk]
+        started = time.perf_counter()
         res = await self.logs.committer.commit(lgs, ops, probes, moves_end=True)
+        self.logs.metrics.flush_commit.observe(time.perf_counter() - started)
         self.stats["txns"] += 1
         if res.outcome is Outcome.COMMITTED:
             for lg, pend, seg in chunk:

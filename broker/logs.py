@@ -48,7 +48,7 @@ from broker.partition import (
 from broker.reads import Reader
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
-from segments.format import index_key_for, iter_segment_batches, partition_prefix
+from segments.format import iter_segment_batches, partition_prefix
 from segments.store import ObjectStore, StoreError
 
 if TYPE_CHECKING:
@@ -145,15 +145,15 @@ class LogManager:
         return await self.reader.segment_batches(lg, seg)
 
     async def discard(self, lg: PartitionLog, keys: list[str]) -> None:
-        """Delete segment objects (and their indexes) that this owner wrote under its own
-        writer-unique names and certainly never committed: nothing else can name them."""
+        """Delete segment objects that this owner wrote under its own writer-unique names
+        and certainly never committed: nothing else can name them. This process writes
+        every segment with its index inside (docs/format.md): there is no index object."""
         for key in keys:
             self.cache.evict(key)
-            for k in (key, index_key_for(key)):
-                try:
-                    await self.store.delete(k)
-                except StoreError as exc:  # a later owner's sweep collects it
-                    log.warning("could not delete uncommitted object %s: %s", k, exc)
+            try:
+                await self.store.delete(key)
+            except StoreError as exc:  # a later owner's sweep collects it
+                log.warning("could not delete uncommitted object %s: %s", key, exc)
 
     # -- ownership ----------------------------------------------------------------------
     def high_watermark(self, topic: str, partition: int) -> int:

@@ -44,7 +44,6 @@ from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.format import (
     build_segment,
-    index_key_for,
     iter_segment_batches,
     parse_index,
     partition_prefix,
@@ -270,8 +269,7 @@ class Maintenance:
         name = lg.new_object_name(run[0].base, built.last_offset)
         key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
         data = b"".join(built.buffers)
-        await logs.store.put_if_absent(index_key_for(key), [built.index])
-        etag = await logs.store.put_if_absent(key, [data])
+        etag = await logs.store.put_if_absent(key, [data])  # its index inside
         merged = SegmentMeta(
             run[0].base,
             built.last_offset,

@@ -22,8 +22,8 @@ from broker.segment_loader import READAHEAD, SegmentLoader
 from protocol.batch import iter_batches
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import CachedSegment
-from segments.format import index_key_for, parse_index, partition_prefix, segment_key
-from segments.reader import read_from, slice_batches
+from segments.format import partition_prefix, segment_key
+from segments.reader import load_index, read_from, slice_batches
 from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError
 
 if TYPE_CHECKING:
@@ -137,8 +137,8 @@ class Reader:
             data = await self.segment_data(lg, seg, shared=True)
             return slice_batches(data, None, offset, budget)
         store = self.logs.store
-        index = parse_index(await store.get(index_key_for(key)))
-        return await read_from(store, key, index, offset, budget, seg.size, seg.etag)
+        index, trailer = await load_index(store, key, seg.size, seg.etag)
+        return await read_from(store, key, index, offset, budget, seg.size, seg.etag, trailer)
 
     async def check_manifest(self, lg: PartitionLog) -> bool:
         """Compare ``lg``'s manifest with the store's, read under the owner's guard.

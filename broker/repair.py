@@ -43,7 +43,6 @@ from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_met
 from broker.meta.schema import SegmentMeta, TopicInfo, end_json, owner_value, topic_key
 from segments.format import (
     build_segment,
-    index_key_for,
     iter_segment_batches,
     object_name,
     partition_prefix,
@@ -172,8 +171,7 @@ async def _rewrite_cut(
     # the repair's own epoch: no other writer ever uses this name
     name = object_name(seg.base, offset - 1, p.epoch + 1, p.topic_id, 1)
     key = partition_prefix(t.namespace, t.topic, t.partition) + name
-    await store.put_if_absent(index_key_for(key), [built.index])
-    etag = await store.put_if_absent(key, [b"".join(built.buffers)])
+    etag = await store.put_if_absent(key, [b"".join(built.buffers)])  # its index inside
     meta = SegmentMeta(
         seg.base,
         built.last_offset,

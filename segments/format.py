@@ -4,11 +4,18 @@ Segment object (big-endian)::
 
     header 32: magic "KAFS" u32 | version u16 | flags u16 (bits 0-2: dominant compression,
                bit 3: compacted)
-               | base offset i64 | record count i32 | created unix ms i64 | reserved u32
+               | base offset i64 | record count i32 | created unix ms i64
+               | index length u32 (version 2; version 1: reserved, 0)
     body   n : Kafka v2 RecordBatches, byte-for-byte
+    index  m : version 2 only: the sparse index (the index object's bytes, below), m = the
+               header's index length
     footer 16: CRC-32C of the body u32 | last offset i64 | magic "END!" u32
 
-Index object::
+Version 2 (written since "one object per flush cycle", docs/format.md) carries its index
+inside the object; version 1 segments (still read) have it in a separate ``.index``
+object beside them. ``body_end`` says where the body ends in either.
+
+Index object (version 1) / index trailer (version 2)::
 
     header 16: magic "\\0IDX" u32 | version u16 | entry count u32 | interval (records) u32
                | reserved u16
@@ -70,7 +77,9 @@ __all__ = [
 SEGMENT_MAGIC = 0x4B414653  # "KAFS"
 FOOTER_MAGIC = 0x454E4421  # "END!"
 INDEX_MAGIC = 0x00494458  # "\0IDX"
-SEGMENT_VERSION = 1
+SEGMENT_VERSION = 2  # what build_segment writes: the index travels inside the object
+LEGACY_SEGMENT_VERSION = 1  # index in a separate ``.index`` object (still read)
+SEGMENT_VERSIONS = (LEGACY_SEGMENT_VERSION, SEGMENT_VERSION)
 INDEX_VERSION = 1
 HEADER_SIZE = 32
 FOOTER_SIZE = 16
@@ -108,7 +117,12 @@ class SegmentHeader:
     base_offset: int
     record_count: int
     created_ms: int
-    reserved: int = 0
+    reserved: int = 0  # version 2: the length of the index trailer
+
+    @property
+    def index_length(self) -> int:
+        """Bytes of the index trailer between body and footer (0 in version 1)."""
+        return self.reserved if self.version >= SEGMENT_VERSION else 0
 
     @property
     def compression(self) -> int:
@@ -134,8 +148,9 @@ class IndexEntry:
 
 @dataclass(frozen=True, slots=True)
 class BuiltSegment:
-    buffers: list[Buffer]  # header, the batch views themselves (zero-copy), footer
-    index: bytes
+    # header, the batch views themselves (zero-copy), the index trailer (version 2), footer
+    buffers: list[Buffer]
+    index: bytes  # the sparse index (inside the object in version 2, beside it in 1)
     base_offset: int
     last_offset: int
     record_count: int
@@ -220,8 +235,12 @@ def build_segment(
     index_interval: int = DEFAULT_INDEX_INTERVAL,
     *,
     compacted_last: int | None = None,
+    version: int = SEGMENT_VERSION,
 ) -> BuiltSegment:
     """Frame offset-patched v2 batches as a segment + index without copying the batches.
+
+    ``version`` 2 (the default) puts the index inside the object as a trailer, one object
+    to write; version 1 (old readers, tests) leaves it to be written beside the segment.
 
     Raises ValueError when there are no batches, a batch is not framed as one v2 batch, or
     the batches' offsets are not contiguous from ``base_offset``. ``compacted_last``
@@ -233,6 +252,8 @@ def build_segment(
         raise ValueError("a segment needs at least one record batch")
     if index_interval <= 0:
         raise ValueError("index_interval must be positive")
+    if version not in SEGMENT_VERSIONS:
+        raise ValueError(f"unsupported segment version {version}")
     crc = 0
     expected = base_offset
     position = HEADER_SIZE
@@ -268,16 +289,20 @@ def build_segment(
         last_offset = compacted_last
         flags |= COMPACTED_FLAG
     created = int(time.time() * 1000) if created_ms is None else created_ms
-    header = _HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, flags, base_offset, records, created, 0)
+    index = build_index(entries, index_interval)
+    trailer = len(index) if version >= SEGMENT_VERSION else 0
+    header = _HEADER.pack(SEGMENT_MAGIC, version, flags, base_offset, records, created, trailer)
     footer = _FOOTER.pack(crc, last_offset, FOOTER_MAGIC)
-    buffers: list[Buffer] = [header, *batches, footer]
+    buffers: list[Buffer] = (
+        [header, *batches, index, footer] if trailer else [header, *batches, footer]
+    )
     return BuiltSegment(
         buffers=buffers,
-        index=build_index(entries, index_interval),
+        index=index,
         base_offset=base_offset,
         last_offset=last_offset,
         record_count=records,
-        size=position + FOOTER_SIZE,
+        size=position + trailer + FOOTER_SIZE,
         max_timestamp=max_ts,
         compression=compression,
     )
@@ -293,9 +318,48 @@ def parse_header(data: Buffer) -> SegmentHeader:
     hdr = SegmentHeader(*_HEADER.unpack_from(data, 0))
     if hdr.magic != SEGMENT_MAGIC:
         raise CorruptSegmentError(f"bad segment header magic 0x{hdr.magic:08X} (want KAFS)")
-    if hdr.version != SEGMENT_VERSION:
+    if hdr.version not in SEGMENT_VERSIONS:
         raise CorruptSegmentError(f"unsupported segment version {hdr.version}")
     return hdr
+
+
+def index_trailer_length(header: Buffer, size: int) -> int:
+    """The index trailer's length from a segment's first ``HEADER_SIZE`` bytes (0 for a
+    version 1 segment), checked against the object's ``size``."""
+    trailer = parse_header(header).index_length
+    if trailer > size - HEADER_SIZE - FOOTER_SIZE:
+        raise CorruptSegmentError(
+            f"index trailer of {trailer} bytes does not fit a {size}-byte segment"
+        )
+    return trailer
+
+
+def body_end(data: Buffer) -> int:
+    """Where the body of a whole segment ends: the footer (version 1) or the index trailer
+    (version 2 and later). Raises CorruptSegmentError when the trailer cannot fit."""
+    n = len(data)
+    if n < HEADER_SIZE:
+        return n - FOOTER_SIZE
+    _magic, version, _f, _b, _r, _c, trailer = _HEADER.unpack_from(data, 0)
+    if version < SEGMENT_VERSION:
+        return n - FOOTER_SIZE
+    if trailer > n - HEADER_SIZE - FOOTER_SIZE:
+        raise CorruptSegmentError(f"index trailer of {trailer} bytes does not fit {n} bytes")
+    return n - FOOTER_SIZE - trailer
+
+
+def index_trailer(data: Buffer) -> memoryview | None:
+    """The index bytes inside a whole version 2 segment (None for version 1)."""
+    end = body_end(data)
+    if end == len(data) - FOOTER_SIZE:
+        return None
+    return memoryview(data)[end : len(data) - FOOTER_SIZE]
+
+
+def segment_index(data: Buffer) -> list[IndexEntry] | None:
+    """The parsed index trailer of a whole segment (None for version 1)."""
+    trailer = index_trailer(data)
+    return None if trailer is None else parse_index(trailer)
 
 
 def parse_footer(data: Buffer) -> SegmentFooter:
@@ -350,7 +414,7 @@ def iter_segment_batches(data: Buffer) -> Iterator[tuple[int, BatchHeader, memor
     Raises CorruptSegmentError when a batch is truncated or framed badly.
     """
     view = memoryview(data)
-    end = len(view) - FOOTER_SIZE
+    end = body_end(view)
     pos = HEADER_SIZE
     while pos < end:
         if end - pos < BATCH_HEADER_SIZE:
@@ -442,7 +506,8 @@ def _check_index(index: Buffer, report: SegmentReport) -> None:
 
 
 def validate_segment(data: Buffer, index: Buffer | None = None) -> SegmentReport:
-    """Check a whole segment (and its index if given); see the module doc for the contract."""
+    """Check a whole segment and its index: the trailer of a version 2 segment, ``index``
+    (a separate index object) when given; see the module doc for the contract."""
     report = SegmentReport(header=None, footer=None)
     if len(data) < HEADER_SIZE + FOOTER_SIZE:
         report.problems.append(
@@ -458,7 +523,12 @@ def validate_segment(data: Buffer, index: Buffer | None = None) -> SegmentReport
         report.footer = parse_footer(data)
     except CorruptSegmentError as exc:
         report.problems.append(str(exc))
-    body = memoryview(data)[HEADER_SIZE : len(data) - FOOTER_SIZE]
+    try:
+        end = body_end(data)
+    except CorruptSegmentError as exc:
+        report.problems.append(str(exc))
+        return report
+    body = memoryview(data)[HEADER_SIZE:end]
     report.body_crc = crc32c(body)
     if report.footer is not None and report.footer.body_crc != report.body_crc:
         report.problems.append(
@@ -466,6 +536,10 @@ def validate_segment(data: Buffer, index: Buffer | None = None) -> SegmentReport
             f"body is 0x{report.body_crc:08X}"
         )
     _check_batches(data, report)
+    if end < len(data) - FOOTER_SIZE:
+        _check_index(memoryview(data)[end : len(data) - FOOTER_SIZE], report)
+    elif report.header is not None and report.header.version >= SEGMENT_VERSION:
+        report.problems.append("version 2 segment without its index trailer")
     if index is not None:
         _check_index(index, report)
     return report

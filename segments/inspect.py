@@ -2,7 +2,8 @@
 
 PATH is a local ``.kfs`` file; URL is ``file://PATH`` or
 ``s3://BUCKET/KEY.kfs?endpoint=URL&region=R[&access_key=..&secret_key=..]``. The index
-beside it (``.index``) is read and checked when present.
+is checked: a version 2 segment's trailer, or a version 1 segment's ``.index`` object
+beside it when present (docs/format.md).
 
 ``--verify`` also decodes every batch (decompression included) and checks its header
 against its records, as the broker does on produce (``protocol.validate``): a batch that
@@ -101,7 +102,11 @@ def print_report(target: str, size: int, report: SegmentReport, out: TextIO) -> 
     if report.index is None:
         w("index:   none\n")
     else:
-        w(f"index:   {len(report.index)} entries, interval {report.index_interval} records\n")
+        inside = " (inside the segment)" if h is not None and h.index_length else ""
+        w(
+            f"index:   {len(report.index)} entries, interval {report.index_interval} records"
+            f"{inside}\n"
+        )
         for e in report.index:
             w(f"  offset={e.offset} position={e.position}\n")
     w(f"batches: {len(report.batches)}\n")

@@ -6,6 +6,17 @@ hard-linked to the final name (``link`` fails if the name exists), then the dire
 fsynced. A crash leaves at most a stray temp file (ignored by ``list``), never a
 half-written object at a key.
 
+Each PUT costs two fsyncs, and both are needed before the PUT may return (a flush cycle
+acknowledges records only after its PUTs returned and its metadata commit was made
+durable, docs/architecture.md, "Durability of a flush cycle"): the file's ``fsync``
+makes the bytes durable *before* the name points at them (so a crash never leaves a
+partial object at a key), and the directory's ``fsync`` makes the name durable (without
+it a crash may lose the link, and a committed manifest entry would name nothing). Since
+segment format version 2 a flush cycle writes one object per partition (the index
+inside), so a cycle costs one file and one directory fsync per partition, where it cost
+two of each; partitions live in different directories, so there is nothing left to
+share between them.
+
 ETags are ``crc32c-<CRC-32C of the content, 8 hex>-<size, hex>``, computed while writing
 (hardware CRC: ~0.07 ms per MB, where the MD5 that S3 returns cost ~1.4 ms per MB, a
 quarter of the broker's produce CPU; docs/benchmarks.md) and remembered per (inode,

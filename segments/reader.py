@@ -8,6 +8,7 @@ first batch is returned even when it alone exceeds ``max_bytes``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,14 +19,19 @@ from segments.format import (
     HEADER_SIZE,
     CorruptSegmentError,
     IndexEntry,
+    body_end,
+    index_key_for,
+    index_trailer_length,
     iter_segment_batches,
     lookup,
+    parse_index,
 )
 from segments.store import Buffer, ObjectStore
 
 log = logging.getLogger(__name__)
 
 MIN_READ = 64 * 1024  # smallest ranged GET while looking for the batch holding an offset
+TAIL_READ = 64 * 1024  # the object's tail read with its header for the index (~5,000 entries)
 _EMPTY = memoryview(b"")
 
 
@@ -66,14 +72,14 @@ def slice_batches(
 ) -> memoryview:
     """Whole batches from an in-memory segment (a view into ``data``, no copy)."""
     view = memoryview(data)
-    body_end = len(view) - FOOTER_SIZE
+    end = body_end(view)
     pos = _start_position(index, offset)
-    while pos < body_end:
-        if body_end - pos < BATCH_HEADER_SIZE:
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
             raise CorruptSegmentError(f"truncated batch header at byte {pos}")
-        hdr = _header_at(view, pos, pos, body_end)
+        hdr = _header_at(view, pos, pos, end)
         if hdr.last_offset >= offset:
-            total = _collect(view[:body_end], pos, pos, hdr.size, max_bytes)
+            total = _collect(view[:end], pos, pos, hdr.size, max_bytes)
             return view[pos : pos + total]
         pos += hdr.size
     return _EMPTY
@@ -87,14 +93,16 @@ async def read_from(
     max_bytes: int,
     size: int,
     etag: str | None,
+    trailer: int = 0,
 ) -> memoryview:
     """Whole batches from ``offset`` via ranged GETs (If-Match ``etag``).
 
-    ``size`` is the segment object's size. Returns an empty view when ``offset`` is past
+    ``size`` is the segment object's size, ``trailer`` the length of its index trailer
+    (version 2; ``load_index`` says). Returns an empty view when ``offset`` is past
     the segment's last offset. Raises CorruptSegmentError on bad framing, and the store's
     errors (ObjectNotFoundError, PreconditionFailedError, StoreError) unchanged.
     """
-    body_end = size - FOOTER_SIZE
+    body_end = size - FOOTER_SIZE - trailer
     pos = _start_position(index, offset)
     chunk = max(max_bytes, MIN_READ)
     buf = _EMPTY
@@ -122,6 +130,27 @@ async def read_from(
     rel = pos - buf_start
     total = _collect(buf[: want_end - buf_start], rel, pos, hdr.size, max_bytes)
     return buf[rel : rel + total]
+
+
+async def load_index(
+    store: ObjectStore, key: str, size: int, etag: str | None
+) -> tuple[list[IndexEntry], int]:
+    """The sparse index of a stored segment without reading its body, and the length of
+    its index trailer (docs/format.md). The header and the object's last ``TAIL_READ``
+    bytes are read at once: a version 2 segment's trailer is in that tail unless its index
+    is huge (then its exact range is read); a version 1 segment's index is the ``.index``
+    object beside it."""
+    tail_len = min(size - HEADER_SIZE, TAIL_READ)
+    head, tail = await asyncio.gather(
+        store.get(key, 0, HEADER_SIZE, etag), store.get(key, size - tail_len, size, etag)
+    )
+    trailer = index_trailer_length(head, size)
+    if not trailer:
+        return parse_index(await store.get(index_key_for(key))), 0
+    if trailer + FOOTER_SIZE <= len(tail):
+        return parse_index(memoryview(tail)[-FOOTER_SIZE - trailer : -FOOTER_SIZE]), trailer
+    end = size - FOOTER_SIZE
+    return parse_index(await store.get(key, end - trailer, end, etag)), trailer
 
 
 def scan_segment(data: Buffer) -> list[BatchPosition]:

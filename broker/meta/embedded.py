@@ -3,6 +3,13 @@
 State is an in-memory sorted map (store revision; create/mod revision and version per key).
 Every committed write (put, delete, transaction, lease expiry) is one checksummed record in
 an append-only log, fdatasync'd before the call returns and before watchers hear of it.
+Writes are serialized by one lock and their append + fdatasync runs in the store's own
+worker thread (never queued behind segment uploads in the default executor):
+the event loop serves everything else (request reading, segment uploads, reads of the
+map) while a flush cycle's commit waits on the disk; a write is applied to the map only
+once it is durable, so nothing ever reads a write that a crash could lose. A write whose
+caller is cancelled while it waits on the disk still finishes its append and applies it
+before it lets the lock go (then raises CancelledError): the revisions stay unique.
 When the log grows past ``compact_bytes`` the map is written as a snapshot (temp + fsync +
 rename) and the log is truncated. Opening replays snapshot + log; a torn tail is dropped.
 
@@ -23,6 +30,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import AsyncGenerator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from broker.meta import wal
 from broker.meta.base import (
@@ -62,6 +70,10 @@ class EmbeddedStore:
         self._closed = False
         self._space = Keyspace(prefix, history_revisions)
         self._files = MetaDir(path)
+        # serializes writes: the compare, the durable append (in a thread) and the apply
+        self._write_lock = asyncio.Lock()
+        self._disk: ThreadPoolExecutor | None = None  # the log's appends, one at a time
+        self._expiring: set[asyncio.Task[None]] = set()
         if read_only:
             self._files.open_read_only(self._space)
         else:
@@ -79,11 +91,40 @@ class EmbeddedStore:
             self._commit([wal.LogOp(k, None) for k in leased])
 
     def _commit(self, ops: list[wal.LogOp]) -> int:
-        """Make ``ops`` durable as the next revision, then apply and publish them."""
+        """Make ``ops`` durable as the next revision, then apply and publish them (on the
+        calling thread: only while nothing else can write, i.e. at open)."""
+        rev = self._space.rev + 1
+        self._durable(wal.encode_record(rev, ops))
+        return self._applied(rev, ops)
+
+    async def _commit_async(self, ops: list[wal.LogOp]) -> int:
+        """``_commit`` with the append + fdatasync in a worker thread; the caller holds
+        ``_write_lock``, so the revision and the log stay in order."""
+        rev = self._space.rev + 1
+        if self._disk is None:
+            self._disk = ThreadPoolExecutor(1, thread_name_prefix="meta-log")
+        record = wal.encode_record(rev, ops)
+        fut = asyncio.get_running_loop().run_in_executor(self._disk, self._durable, record)
+        cancelled = False
+        while True:
+            try:
+                await asyncio.shield(fut)  # a failed append raises its own error here
+                break
+            except asyncio.CancelledError:
+                if fut.cancelled():
+                    raise
+                cancelled = True  # the append goes on: finish it, apply it, then raise
+        rev = self._applied(rev, ops)
+        if cancelled:
+            raise asyncio.CancelledError
+        return rev
+
+    def _durable(self, record: bytes) -> None:
         if self._files.broken:
             raise MetaStoreError("metadata log is in an unknown state after a write error")
-        rev = self._space.rev + 1
-        self._files.append(wal.encode_record(rev, ops))
+        self._files.append(record)
+
+    def _applied(self, rev: int, ops: list[wal.LogOp]) -> int:
         events = self._space.apply(rev, ops)
         self._space.publish(events)
         if self._files.log_size > self._compact_bytes:
@@ -96,19 +137,21 @@ class EmbeddedStore:
         if write and self._read_only:
             raise MetaStoreError("read-only")
 
-    def _txn(
+    async def _txn(
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
     ) -> TxnResult:
         if max(len(compares), len(success), len(failure)) > self.max_txn_ops:
             raise MetaStoreError("too many operations in txn request")
-        ok = all(self._space.holds(c) for c in compares)
-        ops = success if ok else failure
-        if any(not isinstance(o, Get) for o in ops):
-            self._check(write=True)
-        self._space.check_intervals(ops)
-        effects, gets = self._space.plan(ops)
-        revision = self._commit(effects) if effects else self._space.rev
-        return TxnResult(ok, revision, tuple(gets))
+        async with self._write_lock:
+            self._check()
+            ok = all(self._space.holds(c) for c in compares)
+            ops = success if ok else failure
+            if any(not isinstance(o, Get) for o in ops):
+                self._check(write=True)
+            self._space.check_intervals(ops)
+            effects, gets = self._space.plan(ops)
+            revision = await self._commit_async(effects) if effects else self._space.rev
+            return TxnResult(ok, revision, tuple(gets))
 
     # ---------------------------------------------------------------- public API
 
@@ -125,20 +168,20 @@ class EmbeddedStore:
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         self._check(write=True)
-        return self._txn((), (Put(key, value, lease),), ()).revision
+        return (await self._txn((), (Put(key, value, lease),), ())).revision
 
     async def delete(self, key: str, prefix: bool = False) -> int:
         self._check(write=True)
         n = len(self._space.overlay_keys(self._space.full(key), prefix, {}))
         if n:
-            self._txn((), (Delete(key, prefix),), ())
+            await self._txn((), (Delete(key, prefix),), ())
         return n
 
     async def txn(
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
     ) -> TxnResult:
         self._check()
-        return self._txn(compares, success, failure)
+        return await self._txn(compares, success, failure)
 
     async def grant_lease(self, ttl: int) -> int:
         self._check(write=True)
@@ -163,23 +206,31 @@ class EmbeddedStore:
 
     async def revoke_lease(self, lease_id: int) -> None:
         self._check(write=True)
-        self._end_lease(lease_id)
+        await self._end_lease(lease_id)
 
-    def _end_lease(self, lease_id: int) -> None:
-        lease = self._space.leases.pop(lease_id, None)
+    async def _end_lease(self, lease_id: int) -> None:
+        lease = self._space.leases.pop(lease_id, None)  # refreshes fail from here on
         if lease is None:
             return
         lease.handle.cancel()
-        data = self._space.data
-        keys = sorted(k for k in lease.keys if (e := data.get(k)) and e.lease == lease_id)
-        if keys:
-            self._commit([wal.LogOp(k, None) for k in keys])
+        async with self._write_lock:
+            if self._closed:
+                return
+            data = self._space.data
+            keys = sorted(k for k in lease.keys if (e := data.get(k)) and e.lease == lease_id)
+            if keys:
+                await self._commit_async([wal.LogOp(k, None) for k in keys])
 
     def _expire(self, lease_id: int) -> None:
         if self._closed:
             return
+        task = asyncio.ensure_future(self._expire_now(lease_id))
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
+
+    async def _expire_now(self, lease_id: int) -> None:
         try:
-            self._end_lease(lease_id)
+            await self._end_lease(lease_id)
         except MetaStoreError as exc:
             log.error("metadata store: expiring lease %x failed: %s", lease_id, exc)
 
@@ -195,7 +246,8 @@ class EmbeddedStore:
     async def compact(self) -> None:
         """Write a snapshot now and truncate the log (normally automatic)."""
         self._check(write=True)
-        self._files.compact(self._space)
+        async with self._write_lock:
+            self._files.compact(self._space)
 
     @property
     def revision(self) -> int:
@@ -209,4 +261,7 @@ class EmbeddedStore:
             lease.handle.cancel()
         self._space.leases.clear()
         self._space.close_watchers()
-        self._files.release()
+        async with self._write_lock:  # a write's append in its thread finishes first
+            self._files.release()
+        if self._disk is not None:
+            self._disk.shutdown(wait=False)

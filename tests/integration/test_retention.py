@@ -171,7 +171,7 @@ def test_small_segments_merge_and_stay_readable(
         merged = str(entries[0]["key"])
         wait_for(
             "the replaced objects to be deleted",
-            lambda: be.objects(topic) == {merged, merged[: -len(".kfs")] + ".index"},
+            lambda: be.objects(topic) == {merged},  # one object: its index inside
         )
         # a restarted broker (new owner) reads the merged manifest
         b.restart()

@@ -40,6 +40,10 @@ async def test_write_read_ownership_and_reclaimed_bytes(tmp_path: Path) -> None:
         assert m[("kafscale_batch_records_sum", ())] == 6
         assert m[("kafscale_segment_size_bytes_sum", ())] == sum(sizes)
         assert m[("kafscale_flush_cycle_duration_seconds_count", ())] >= 3
+        # one PUT per segment (its index inside), one commit per cycle
+        assert m[("kafscale_segment_put_duration_seconds_count", ())] == 3
+        assert m[("kafscale_flush_commit_duration_seconds_count", ())] == 3
+        assert m[("kafscale_flush_wait_seconds_count", ())] == 3  # one partition per cycle
         assert m[("kafscale_topic_records_out_total", topic)] == 6
         assert m[("kafscale_topic_bytes_out_total", topic)] == sum(v.nbytes for v in got)
         assert m[("kafscale_ownership_acquisitions_total", ())] == 1

@@ -25,7 +25,10 @@ from protocol.batch import iter_batches, read_header
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.records import build_batch, decode_batch
 from segments.format import (
+    SEGMENT_VERSION,
+    build_segment,
     index_key_for,
+    iter_segment_batches,
     object_name,
     parse_object_name,
     partition_prefix,
@@ -197,6 +200,50 @@ def objects(tmp: Path) -> set[str]:
     return set(os.listdir(d)) if d.exists() else set()
 
 
+async def test_legacy_segments_with_index_objects_are_read_merged_and_deleted(
+    node: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments an older broker wrote (version 1, the index a separate object beside each)
+    stay readable, merge into one version 2 object, and lose their index objects too."""
+    import functools
+
+    import broker.flush
+
+    legacy = functools.partial(build_segment, version=1)
+    monkeypatch.setattr(broker.flush, "build_segment", legacy)
+    await produce(node.logs, 6)
+    monkeypatch.undo()
+    lg = await node.logs.get(TOPIC, 0)
+    store = node.logs.store
+    for s in lg.segments:  # the index objects the older broker wrote beside them
+        key = node.logs.object_key(lg, s)
+        data = await store.get(key)
+        assert data[4:6] == b"\0\1"  # version 1
+        views = [v for _p, _h, v in iter_segment_batches(data)]
+        await store.put_if_absent(index_key_for(key), [legacy(s.base, views).index])
+    assert len(objects(tmp_path)) == 12
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(6)
+    await produce(node.logs, 2, start=6)  # new ones beside them: one object each
+    assert len(objects(tmp_path)) == 14
+    # the ranged read path (segments too big to read whole: index, then ranged GETs)
+    import broker.reads
+
+    monkeypatch.setattr(broker.reads, "WHOLE_READ_LIMIT", 0)
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(8)  # both layouts
+    monkeypatch.undo()
+    await maint(node).run_once()
+    await maint(node).flush_deletes()
+    (merged,) = lg.segments
+    assert objects(tmp_path) == {merged.key}  # old segments and old index objects gone
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(8)
+    monkeypatch.setattr(broker.reads, "WHOLE_READ_LIMIT", 0)
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg, 7) == expected(8)[7:]  # from inside the merged one
+
+
 async def test_merge_replaces_small_segments_and_keeps_every_record(
     node: Broker, tmp_path: Path
 ) -> None:
@@ -213,10 +260,12 @@ async def test_merge_replaces_small_segments_and_keeps_every_record(
     assert entries[0]["records"] == 60 and entries[0]["last"] == 59
     assert await read_all(node.logs, lg) == expected(30)
     await maint(node).flush_deletes()
-    assert objects(tmp_path) == {name, index_key_for(name)}
+    assert objects(tmp_path) == {name}  # one object: its index travels inside
     data = tmp_path / "data" / partition_prefix("default", TOPIC, 0) / name
     report = validate_segment(data.read_bytes())
     assert report.ok and len(report.batches) == 30
+    assert report.header is not None and report.header.version == SEGMENT_VERSION
+    assert report.index is not None and report.index[0].offset == 0
     # later small segments merge again, with the earlier merged one (still small)
     await produce(node.logs, 5, start=30)
     await maint(node).run_once()
@@ -416,7 +465,7 @@ async def test_delete_records_inside_a_segment_and_to_the_end(node: Broker, tmp_
     await maint(node).flush_deletes()
     names = objects(tmp_path)
     (last,) = lg.segments
-    assert names == {last.key, index_key_for(last.key)} and span(last.key) == (16, 17)
+    assert names == {last.key} and span(last.key) == (16, 17)
 
 
 async def test_log_start_survives_a_new_owner(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from broker.meta.base import MetaStore
 from broker.meta.schema import TopicInfo, topic_key
 from protocol.records import build_batch
-from segments.format import build_segment, segment_key
+from segments.format import SEGMENT_VERSION, build_segment, index_key_for, segment_key
 from segments.store import Buffer, ObjectStore
 
 BASE_TS = 1_763_769_600_000  # 2025-11-22T00:00:00Z
@@ -62,8 +62,10 @@ class PartitionWriter:
         hour_step_ms: int = 0,
         commit: bool = True,
         mangle: Callable[[bytearray], bytes] | None = None,
+        version: int = SEGMENT_VERSION,
     ) -> list[Rec]:
-        """One segment holding ``values`` (in batches); returns the records written."""
+        """One segment holding ``values`` (in batches); returns the records written.
+        ``version`` 1 writes the legacy layout (its index a separate object beside it)."""
         base = self.next_offset
         batches: list[memoryview] = []
         out: list[Rec] = []
@@ -82,8 +84,10 @@ class PartitionWriter:
                 out.append(Rec(self.topic, self.partition, off, ts, key, v, headers))
             batch = build_batch(recs, base_offset=off0, compression=compression, timestamps=tss)
             batches.append(memoryview(batch))
-        seg = build_segment(base, batches)
+        seg = build_segment(base, batches, version=version)
         obj_key = segment_key(self.namespace, self.topic, self.partition, base)
+        if version == 1:
+            await self.store.put_if_absent(index_key_for(obj_key), [seg.index])
         buffers: Sequence[Buffer] = seg.buffers
         if mangle is not None:  # a segment written corrupt (its manifest ETag matches)
             buffers = [mangle(bytearray(b"".join(bytes(b) for b in seg.buffers)))]

@@ -12,7 +12,7 @@ with warnings.catch_warnings():  # kafka-python 3.0.12 uses importlib.resources.
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.batch import set_base_offset
-from segments.format import BuiltSegment, build_segment
+from segments.format import SEGMENT_VERSION, BuiltSegment, build_segment
 
 BASE_TS = 1_700_000_000_000
 
@@ -48,14 +48,20 @@ def make_batches(base_offset: int, sizes: Sequence[int], **kw: int) -> list[byte
 
 
 def make_segment(
-    base_offset: int, sizes: Sequence[int], index_interval: int = 100, **kw: int
+    base_offset: int,
+    sizes: Sequence[int],
+    index_interval: int = 100,
+    version: int = SEGMENT_VERSION,
+    **kw: int,
 ) -> tuple[BuiltSegment, bytes]:
+    """A segment of real batches; ``version`` 1 is the legacy layout (index beside it)."""
     batches = make_batches(base_offset, sizes, **kw)
     built = build_segment(
         base_offset,
         [memoryview(b) for b in batches],
         created_ms=BASE_TS,
         index_interval=index_interval,
+        version=version,
     )
     return built, b"".join(built.buffers)
 

@@ -10,11 +10,30 @@ from tests.unit.segments.conftest import make_segment
 
 
 def write_segment(tmp_path: Path, sizes: list[int], **kw: int) -> tuple[Path, bytes, bytes]:
-    built, data = make_segment(500, sizes, **kw)
+    """A legacy (version 1) segment with its index object beside it."""
+    built, data = make_segment(500, sizes, version=1, **kw)
     path = tmp_path / "segment-00000000000000000500.kfs"
     path.write_bytes(data)
     path.with_suffix(".index").write_bytes(built.index)
     return path, data, built.index
+
+
+def test_valid_segment_with_its_index_inside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built, data = make_segment(500, [60, 60, 5], index_interval=50)
+    path = tmp_path / "segment-00000000000000000500.kfs"
+    path.write_bytes(data)
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "magic=KAFS version=2" in out and "records=125" in out
+    assert "index:   3 entries, interval 50 records (inside the segment)" in out
+    assert out.rstrip().endswith("OK: segment is valid")
+    bad = bytearray(data)
+    bad[len(data) - FOOTER_SIZE - len(built.index) + 1] ^= 0xFF  # the trailer's magic
+    path.write_bytes(bytes(bad))
+    assert main([str(path)]) == 1
+    assert "CORRUPT: bad index magic" in capsys.readouterr().out
 
 
 def test_valid_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

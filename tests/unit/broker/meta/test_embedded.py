@@ -176,3 +176,98 @@ def test_read_only_replay_races_compaction(tmp_path: Path) -> None:
         thread.join()
         asyncio.run(writer.close())
     assert opens >= 5
+
+
+async def test_a_write_waits_on_the_disk_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's append + fdatasync runs in a worker thread: while the disk is slow the
+    loop serves reads, which see the write only once it is durable; writes queue behind
+    it in order and compare against what the earlier write made durable."""
+    from broker.meta.base import Compare
+    from broker.meta.durable import MetaDir
+
+    store = EmbeddedStore(str(tmp_path))
+    await store.put("/k", b"old")
+    entered, release = threading.Event(), threading.Event()
+    real = MetaDir.append
+
+    def slow_append(self: MetaDir, record: bytes) -> None:
+        if not release.is_set():
+            entered.set()
+            assert release.wait(30), "the test never released the disk"
+        real(self, record)
+
+    monkeypatch.setattr(MetaDir, "append", slow_append)
+    try:
+        first = asyncio.ensure_future(store.put("/k", b"new"))
+        assert await asyncio.to_thread(entered.wait, 30)
+        # the loop runs: a read answers at once, with the value that is durable
+        kv = await asyncio.wait_for(store.get("/k"), 10)
+        assert kv is not None and kv.value == b"old"
+        # a compare-and-set on the old value queues behind the first write and fails
+        cas = asyncio.ensure_future(
+            store.txn([Compare("/k", "value", "==", b"old")], [Put("/k", b"lost")])
+        )
+        await asyncio.sleep(0)
+        assert not first.done() and not cas.done()
+        release.set()
+        rev = await asyncio.wait_for(first, 30)
+        res = await asyncio.wait_for(cas, 30)
+        assert not res.succeeded and res.revision == rev
+        kv = await store.get("/k")
+        assert kv is not None and kv.value == b"new" and kv.mod_revision == rev
+    finally:
+        release.set()
+        await store.close()
+    again = EmbeddedStore(str(tmp_path))  # and it was durable
+    try:
+        kv = await again.get("/k")
+        assert kv is not None and kv.value == b"new"
+    finally:
+        await again.close()
+
+
+async def test_a_cancelled_write_still_lands_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller cancelled while its write waits on the disk: the append goes on and is
+    applied before any later write (then the caller sees CancelledError), so revisions
+    stay unique and memory and replay agree."""
+    from broker.meta.durable import MetaDir
+
+    store = EmbeddedStore(str(tmp_path))
+    rev0 = await store.put("/k", b"0")
+    entered, release = threading.Event(), threading.Event()
+    real = MetaDir.append
+
+    def slow_append(self: MetaDir, record: bytes) -> None:
+        if not release.is_set():
+            entered.set()
+            assert release.wait(30), "the test never released the disk"
+        real(self, record)
+
+    monkeypatch.setattr(MetaDir, "append", slow_append)
+    try:
+        caller = asyncio.ensure_future(store.put("/k", b"1"))
+        assert await asyncio.to_thread(entered.wait, 30)
+        caller.cancel()  # takes effect once the append it started is done and applied
+        later = asyncio.ensure_future(store.put("/j", b"2"))
+        await asyncio.sleep(0)
+        assert not caller.done() and not later.done()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(caller, 30)
+        assert await asyncio.wait_for(later, 30) == rev0 + 2
+        kv = await store.get("/k")
+        assert kv is not None and kv.value == b"1" and kv.mod_revision == rev0 + 1
+    finally:
+        release.set()
+        await store.close()
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert again.revision == rev0 + 2
+        kv = await again.get("/k")
+        assert kv is not None and kv.value == b"1" and kv.mod_revision == rev0 + 1
+    finally:
+        await again.close()

@@ -1,0 +1,96 @@
+"""Paired A/B of one produce phase: a broker from another source tree (``--base-tree``)
+and this tree's broker, both on the local store with embedded metadata, running side by
+side; the phase alternates between them (``--rounds`` pairs, the order swapped every
+round) and each trial's server CPU per MB comes from ``/proc``. On a shared machine the
+paired differences say more than two medians taken minutes apart (docs/benchmarks.md,
+"Round 2b").
+
+    python -m bench.broker_ab --base-tree DIR [--rounds 10] [--messages 30000]
+                              [--modes idem,plain,paced]
+
+``paced``: idempotent at 2,000 msg/s (at most 6,000 messages), p99 and p50 per trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.broker_run import MSG_SIZE, create_topics
+from bench.broker_targets import BrokerLimits, Target, base_target, broker_target, cpu_seconds
+from bench.broker_workers import run_worker
+
+
+def _trial(t: Target, mode: str, messages: int) -> tuple[float, float]:
+    """(server CPU ms per MB, MB/s) of one produce run of ``messages`` on a fresh topic;
+    ``paced``: (p99 ms, p50 ms) of an idempotent run at 2,000 msg/s instead."""
+    topic = "ab-" + uuid.uuid4().hex[:8]
+    create_topics(t.bootstrap, [topic], 1)
+    before = cpu_seconds(t.pid)
+    spec: dict[str, Any] = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": 1,
+                            "kind": "produce", "topic": topic, "messages": messages,
+                            "idempotence": mode != "plain"}  # fmt: skip
+    if mode == "paced":
+        spec.update(rate=2000, messages=min(messages, 6000))
+    res = run_worker(spec)
+    if mode == "paced":
+        return float(res["p99_ms"]), float(res["p50_ms"])
+    mb = res["bytes"] / 1e6
+    return 1000 * (cpu_seconds(t.pid) - before) / mb, mb / res["seconds"]
+
+
+def _summary(mode: str, rows: list[dict[str, tuple[float, float]]]) -> str:
+    base = [r["base"][0] for r in rows]
+    new = [r["local"][0] for r in rows]
+    diff = [r["local"][0] - r["base"][0] for r in rows]
+    if mode == "paced":
+        return (
+            f"paced 2,000 msg/s: p99 ms median base {statistics.median(base):.1f}, this tree "
+            f"{statistics.median(new):.1f}; paired difference median "
+            f"{statistics.median(diff):+.1f} (lower in {sum(d < 0 for d in diff)} of "
+            f"{len(diff)}); p50 median base {statistics.median(r['base'][1] for r in rows):.1f}, "
+            f"this tree {statistics.median(r['local'][1] for r in rows):.1f}"
+        )
+    return (
+        f"{mode}: server CPU ms/MB median base {statistics.median(base):.2f}, "
+        f"this tree {statistics.median(new):.2f}; paired difference median "
+        f"{statistics.median(diff):+.2f} (lower in {sum(d < 0 for d in diff)} of {len(diff)}); "
+        f"MB/s median base {statistics.median(r['base'][1] for r in rows):.1f}, "
+        f"this tree {statistics.median(r['local'][1] for r in rows):.1f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.broker_ab", description=__doc__)
+    p.add_argument("--base-tree", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--messages", type=int, default=30_000)
+    p.add_argument("--modes", default="idem,plain", help="idem, plain and/or paced")
+    args = p.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-"))
+    limits = BrokerLimits()
+    with contextlib.ExitStack() as stack:
+        base = stack.enter_context(base_target(workdir / "base", args.base_tree, limits, []))
+        new = stack.enter_context(broker_target("local", workdir / "local", None, limits, []))
+        for t in (base, new):  # warm up: imports, producer ids, the first segment
+            _trial(t, "idem", 2000)
+        for mode in args.modes.split(","):
+            rows: list[dict[str, Any]] = []
+            for r in range(args.rounds):
+                order = (base, new) if r % 2 == 0 else (new, base)
+                rows.append({t.name: _trial(t, mode, args.messages) for t in order})
+                unit = ("p99 ms", "p50 ms") if mode == "paced" else ("ms/MB", "MB/s")
+                got = {k: f"{v[0]:.2f} {unit[0]} {v[1]:.1f} {unit[1]}" for k, v in rows[-1].items()}
+                print(mode, r, got, flush=True)
+            print(_summary(mode, rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

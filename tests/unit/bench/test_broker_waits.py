@@ -1,0 +1,26 @@
+"""The paced-p99 budget's parts (bench/broker_waits.py): quantiles of the broker's
+histograms between two scrapes."""
+
+from __future__ import annotations
+
+import math
+
+from bench.broker_waits import quantile, waits
+
+
+def test_quantile_of_what_happened_between_two_scrapes() -> None:
+    before = {0.01: 10.0, 0.02: 10.0, 0.05: 10.0, math.inf: 10.0}
+    # 100 new observations: 50 at <= 10 ms, 40 in (10, 20], 10 in (20, 50]
+    after = {0.01: 60.0, 0.02: 100.0, 0.05: 110.0, math.inf: 110.0}
+    p50, n = quantile(before, after, 0.5)
+    assert n == 100 and math.isclose(p50, 10.0)
+    p99, _ = quantile(before, after, 0.99)
+    assert math.isclose(p99, 20 + 30 * 0.9)  # 9 of the last bucket's 10, interpolated
+    assert math.isnan(quantile(after, after, 0.99)[0])
+
+
+def test_waits_names_what_the_broker_exports() -> None:
+    put = "kafscale_segment_put_duration_seconds"
+    got = waits({}, {put: {0.001: 5.0, math.inf: 5.0}})
+    assert got == {"put_p99_ms": 0.001 * 1000 * 0.99, "put_count": 5}
+    assert waits({}, {}) == {}
