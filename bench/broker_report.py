@@ -14,6 +14,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("server CPU ms/MB, produce", "produce", "cpu"),
     ("server CPU ms/MB, idempotent", "produce_idem", "cpu"),
     ("server CPU ms/MB, consume", "consume", "cpu"),
+    ("server CPU ms/MB, consume from cache", "consume_cached", "cpu"),
     ("produce MB/s (acks=all)", "produce", "mbs"),
     ("produce msg/s", "produce", "msgs"),
     ("produce p50 ms (saturated)", "produce", "p50_ms"),
@@ -26,6 +27,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("paced p99 ms", "paced", "p99_ms"),
     ("consume MB/s", "consume", "mbs"),
     ("consume msg/s", "consume", "msgs"),
+    ("consume from cache MB/s", "consume_cached", "mbs"),
 ]
 
 
@@ -37,7 +39,7 @@ def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
         mb = res["bytes"] / 1e6
         return res["server_cpu_s"] * 1000 / mb if res.get("server_cpu_s") and mb else math.nan
     if metric in ("mbs", "msgs"):
-        mbs, msgs = rate(res, steady=phase == "consume")
+        mbs, msgs = rate(res, steady=phase.startswith("consume"))
         return mbs if metric == "mbs" else msgs
     return float(res[metric])
 

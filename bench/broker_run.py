@@ -8,6 +8,7 @@ worker process (``bench.broker_workers``); per target and phase the median trial
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +45,13 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
         fut.result(30)
 
 
-PHASES = ("produce", "produce_idem", "paced", "consume")
+PHASES = ("produce", "produce_idem", "paced", "consume", "consume_cached")
+CACHED_MESSAGES = 40_000  # at most this many for the from-cache consume (fits 64 MiB)
+SETTLE_S = 3.5  # after its fill: merges of the new segments (2 s min age) are done
 
 
 def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, Any]]:
-    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced")}
+    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced", "cached")}
     if target.name != "mock":
         create_topics(target.bootstrap, list(topics.values()), plan.partitions)
     base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
@@ -62,6 +65,11 @@ def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, An
                   "messages": int(plan.paced_rate * plan.paced_seconds), "rate": plan.paced_rate},
         "consume": {"kind": "consume", "topic": topics["produce"], "messages": plan.messages,
                     "rewind": target.name == "mock"},
+        # a topic small enough for the segment cache, produced just before (untimed, in
+        # the cache as it is committed): what a consumer close to the log end costs
+        "consume_cached": {"kind": "consume", "topic": topics["cached"],
+                           "messages": min(plan.messages // 2, CACHED_MESSAGES),
+                           "rewind": target.name == "mock", "fill": True},
     }  # fmt: skip
     return {k: {**base, **v} for k, v in specs.items()}
 
@@ -76,6 +84,10 @@ def warm_up(target: Target, plan: Plan) -> None:
 
 
 def _run_phase(target: Target, phase: str, spec: dict[str, Any], spy: Path | None) -> Any:
+    if spec.pop("fill", False):  # produce what the phase then consumes (not measured)
+        run_worker({**spec, "kind": "produce", "idempotence": False, "rewind": False})
+        if target.name != "mock":
+            time.sleep(SETTLE_S)  # the broker's background merges, not the consume's cost
     cpu = cpu_seconds(target.pid)
     with profiled(target, phase, spy):
         res = run_worker(spec)

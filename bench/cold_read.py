@@ -45,9 +45,12 @@ def _single_stream(endpoint: Any, bucket: str, prefix: str) -> tuple[float, int]
 
     client = s3_client(endpoint)
     try:
-        keys = []
+        keys, sizes = [], []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".kfs")]
+            objs = [o for o in page.get("Contents", []) if o["Key"].endswith(".kfs")]
+            keys += [o["Key"] for o in objs]
+            sizes += [o["Size"] for o in objs]
+        print("segment objects (MB):", " ".join(f"{s / 1e6:.1f}" for s in sizes))
         start, total = time.perf_counter(), 0
         for key in sorted(keys):
             total += len(client.get_object(Bucket=bucket, Key=key)["Body"].read())

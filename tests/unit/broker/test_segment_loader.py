@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker.meta.schema import SegmentMeta
-from broker.segment_loader import PART, READAHEAD, SegmentLoader
+from broker.segment_loader import PART, READAHEAD_BYTES, Piece, SegmentLoader, ranges
 from segments.cache import SegmentCache
 from segments.local_store import LocalStore
 from segments.store import ObjectNotFoundError, PreconditionFailedError
@@ -80,19 +80,68 @@ async def test_if_match_and_missing_objects_reach_the_reader(tmp_path: Path) -> 
     assert cache.get("t/0/a") is None and cache.get("t/0/gone") is None
 
 
-async def test_readahead_fills_the_cache_and_drops_failures(tmp_path: Path) -> None:
-    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
-    segs = [await _segment(store, f"t/0/s{i}", 50_000) for i in range(READAHEAD + 1)]
-    missing = SegmentMeta(0, 0, 10, 1, -1, "", "t/0/missing")
-    loader = _loader(store, cache)
-    keyed = [("t/0/missing", missing)] + [(s.key, s) for _d, s in segs]
-    loader.readahead(keyed, whole_limit=1 << 30)
+async def _settle(loader: SegmentLoader) -> None:
     while loader._loading:  # noqa: SLF001 - wait for the background loads to finish
         await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
-    assert cache.get("t/0/missing") is None
-    first = cache.get(segs[0][1].key, segs[0][1].etag)
-    assert first is not None and first.data == segs[0][0]  # within READAHEAD: loaded
-    assert cache.get(segs[-1][1].key) is None  # beyond READAHEAD: not
-    # a segment too large to read whole is never read ahead
-    loader.readahead([(segs[-1][1].key, segs[-1][1])], whole_limit=10)
-    assert not loader._loading  # noqa: SLF001
+
+
+async def test_readahead_fills_the_cache_and_drops_failures(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    segs = [await _segment(store, f"t/0/s{i}", 50_000) for i in range(4)]
+    missing = SegmentMeta(0, 0, 10, 1, -1, "", "t/0/missing")
+    loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=100_010)
+    pieces = [Piece.whole("t/0/missing", missing)] + [Piece.whole(s.key, s) for _d, s in segs]
+    assert loader.readahead(pieces) == 3  # 10 + 50,000 + 50,000 bytes fit the budget
+    await _settle(loader)
+    assert cache.get("t/0/missing") is None  # failed: dropped
+    for data, seg in segs[:2]:
+        cached = cache.get(seg.key, seg.etag)
+        assert cached is not None and cached.data == data
+    assert cache.get(segs[2][1].key) is None and cache.get(segs[3][1].key) is None
+    # what is cached already counts as ahead: the budget moves on by the cached bytes
+    store.gets.clear()
+    assert loader.readahead([Piece.whole(s.key, s) for _d, s in segs[1:]]) == 1
+    await _settle(loader)
+    assert store.gets == [(segs[2][1].key, None, None)]
+
+
+async def test_readahead_takes_one_piece_larger_than_its_budget(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    segs = [await _segment(store, f"t/0/s{i}", 50_000) for i in range(2)]
+    loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=1000)
+    assert loader.readahead([Piece.whole(s.key, s) for _d, s in segs]) == 1
+    await _settle(loader)
+    assert store.gets == [(segs[0][1].key, None, None)]
+
+
+def test_readahead_budget_is_a_share_of_the_cache() -> None:
+    small = SegmentCache(30 * 1024 * 1024)
+    loader = SegmentLoader(lambda: None, lambda: small)  # type: ignore[arg-type,return-value]
+    assert loader.budget() == 10 * 1024 * 1024  # a third of the cache, below the default
+    big = SegmentCache(1 << 30)
+    loader = SegmentLoader(lambda: None, lambda: big)  # type: ignore[arg-type,return-value]
+    assert loader.budget() == READAHEAD_BYTES
+
+
+def test_first_read_is_true_once_per_piece() -> None:
+    loader = SegmentLoader(lambda: None, lambda: SegmentCache(0))  # type: ignore[arg-type,return-value]
+    assert loader.first_read("a") and loader.first_read("b")
+    assert not loader.first_read("a") and not loader.first_read("b")
+
+
+def test_ranges_cover_the_span_in_parts() -> None:
+    assert ranges(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert ranges(100, 108, 4) == [(100, 104), (104, 108)]
+    assert ranges(5, 5, 4) == []
+
+
+async def test_a_piece_is_a_ranged_get_cached_under_its_own_key(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=True), SegmentCache(1 << 30)
+    size = 3 * PART
+    data, seg = await _segment(store, "t/0/big", size)
+    piece = Piece("t/0/big#7", "t/0/big", seg, 7, 7 + PART + 10)
+    assert await _loader(store, cache).load_piece(piece) == data[7 : 7 + PART + 10]
+    assert sorted(store.gets) == [("t/0/big", 7, 7 + PART), ("t/0/big", 7 + PART, 7 + PART + 10)]
+    cached = cache.get("t/0/big#7", seg.etag)
+    assert cached is not None and cached.data == data[7 : 7 + PART + 10]
+    assert cache.get("t/0/big") is None
