@@ -92,6 +92,22 @@ class InstrumentedStore:
         self._bytes.inc(("get",), len(data))
         return data
 
+    async def get_buffer(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> Buffer:
+        """The read path's GET (``S3Store.get_buffer``; ``get`` on other stores), timed
+        and counted as a get."""
+        inner = getattr(self.inner, "get_buffer", None)
+        if inner is None:
+            return await self.get(key, start, end, if_match)
+        data: Buffer = await self._call("get", inner(key, start, end, if_match))
+        self._bytes.inc(("get",), len(data))
+        return data
+
     async def head(self, key: str) -> ObjectInfo | None:
         info: ObjectInfo | None = await self._call("head", self.inner.head(key))
         return info

@@ -26,7 +26,7 @@ from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import CachedSegment
 from segments.format import index_key_for, parse_index, partition_prefix, segment_key
 from segments.reader import slice_batches
-from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError
+from segments.store import Buffer, ObjectNotFoundError, PreconditionFailedError, StoreError
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -52,7 +52,9 @@ class Reader:
             return partition_prefix(self.namespace, lg.topic, lg.partition) + seg.key
         return segment_key(self.namespace, lg.topic, lg.partition, seg.base)
 
-    async def segment_data(self, lg: PartitionLog, seg: SegmentMeta, shared: bool = False) -> bytes:
+    async def segment_data(
+        self, lg: PartitionLog, seg: SegmentMeta, shared: bool = False
+    ) -> Buffer:
         """The whole segment (cached). ``shared``: a fetch's read may join a load of the
         same object already in flight (a readahead); other callers (merges, timestamp
         lookups) load on their own, never waiting behind a reader's GET."""
@@ -60,10 +62,10 @@ class Reader:
         cache = self.logs.cache
         cached = cache.get(key, seg.etag)
         if cached is not None:
-            return cached.data  # type: ignore[return-value]
+            return cached.data
         return await self.loader.load(key, seg, shared)
 
-    async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
+    async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> Buffer:
         """The whole segment object (cached), for timestamp lookups and merges; a missing
         object is checked against the fresh manifest first (see the module doc)."""
         try:

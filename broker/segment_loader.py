@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from broker.meta.schema import SegmentMeta
 from segments.cache import SegmentCache
-from segments.store import ObjectStore
+from segments.store import Buffer, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +77,17 @@ class SegmentLoader:
         self._store = store
         self._cache = cache
         self.readahead_bytes = readahead_bytes
-        self._loading: dict[str, asyncio.Future[bytes]] = {}
+        self._loading: dict[str, asyncio.Future[Buffer]] = {}
         self._background = 0
         self._seen: OrderedDict[str, None] = OrderedDict()
 
-    async def load(self, key: str, seg: SegmentMeta, shared: bool = True) -> bytes:
+    async def load(self, key: str, seg: SegmentMeta, shared: bool = True) -> Buffer:
         """The whole object ``key`` of ``seg`` (not cached yet), inserted into the cache.
         ``shared``: join a load of ``key`` already in flight, or start one others may join;
         otherwise fetch on its own (a caller that must not wait behind another's GET)."""
         return await self.load_piece(Piece.whole(key, seg), shared)
 
-    async def load_piece(self, piece: Piece, shared: bool = True) -> bytes:
+    async def load_piece(self, piece: Piece, shared: bool = True) -> Buffer:
         """``piece`` (not cached yet), inserted into the cache (see ``load``)."""
         if not shared:
             return await self._fetch(piece)
@@ -129,37 +129,39 @@ class SegmentLoader:
             fut.add_done_callback(self._background_done)
         return started
 
-    def _background_done(self, fut: asyncio.Future[bytes]) -> None:
+    def _background_done(self, fut: asyncio.Future[Buffer]) -> None:
         self._background -= 1
         if not fut.cancelled() and fut.exception() is not None:  # retrieved: no warning
             log.debug("readahead failed: %s", fut.exception())
 
-    def _start(self, piece: Piece) -> asyncio.Future[bytes]:
+    def _start(self, piece: Piece) -> asyncio.Future[Buffer]:
         fut = asyncio.ensure_future(self._fetch(piece))
         self._loading[piece.cache_key] = fut
         fut.add_done_callback(lambda f: self._done(piece.cache_key, f))
         return fut
 
-    def _done(self, key: str, fut: asyncio.Future[bytes]) -> None:
+    def _done(self, key: str, fut: asyncio.Future[Buffer]) -> None:
         self._loading.pop(key, None)
         if not fut.cancelled():
             fut.exception()  # retrieved: the readers that await it get it themselves
 
-    async def _fetch(self, piece: Piece) -> bytes:
+    async def _fetch(self, piece: Piece) -> Buffer:
         store = self._store()
+        # S3: a read-only buffer read straight off the socket (segments/s3_direct.py)
+        get = getattr(store, "get_buffer", store.get)
         etag = piece.seg.etag or None
         whole = piece.hi < 0
         lo, hi = (0, piece.seg.size) if whole else (piece.lo, piece.hi)
-        data: bytes | None = None
+        data: Buffer | None = None
         if getattr(store, "parallel_ranged_gets", False) and hi - lo > PART:
             parts = await asyncio.gather(
-                *(store.get(piece.key, a, b, etag) for a, b in ranges(lo, hi, PART))
+                *(get(piece.key, a, b, etag) for a, b in ranges(lo, hi, PART))
             )
             if sum(len(p) for p in parts) == hi - lo:  # joined off the loop (GIL dropped)
                 data = await asyncio.to_thread(b"".join, parts)
         if data is None:
             data = await (
-                store.get(piece.key, if_match=etag) if whole else store.get(piece.key, lo, hi, etag)
+                get(piece.key, None, None, etag) if whole else get(piece.key, lo, hi, etag)
             )
         self._cache().put(piece.cache_key, data, None, piece.seg.etag)
         return data
