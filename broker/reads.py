@@ -42,7 +42,9 @@ class Reader:
         self.namespace = logs.config.namespace
         self.last_read = -1
         # shared loads, parallel ranged GETs and readahead (broker/segment_loader.py)
-        self.loader = SegmentLoader(lambda: self.logs.store, lambda: self.logs.cache)
+        self.loader = SegmentLoader(
+            lambda: self.logs.store, lambda: self.logs.cache, logs.config.readahead_bytes
+        )
         self.windows = Windows(self.loader, lambda: self.logs.cache)  # of large segments
 
     def object_key(self, lg: PartitionLog, seg: SegmentMeta) -> str:

@@ -112,8 +112,11 @@ class SegmentLoader:
     def readahead(self, pieces: Iterable[Piece]) -> int:
         """Load the ``pieces`` (in reading order, after the one a reader is served from)
         that are neither cached nor loading, in the background, until ``budget()`` bytes
-        lie ahead (at least one piece). Returns the number of loads started."""
+        lie ahead (at least one piece; none with a budget of 0). Returns the number of
+        loads started."""
         cache, budget = self._cache(), self.budget()
+        if budget <= 0:
+            return 0
         ahead = started = 0
         for piece in pieces:
             if ahead and ahead + piece.size > budget:

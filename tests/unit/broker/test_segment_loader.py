@@ -145,3 +145,11 @@ async def test_a_piece_is_a_ranged_get_cached_under_its_own_key(tmp_path: Path) 
     cached = cache.get("t/0/big#7", seg.etag)
     assert cached is not None and cached.data == data[7 : 7 + PART + 10]
     assert cache.get("t/0/big") is None
+
+
+async def test_no_readahead_with_a_budget_of_zero(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    _data, seg = await _segment(store, "t/0/s0", 1000)
+    loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=0)
+    assert loader.readahead([Piece.whole(seg.key, seg)]) == 0
+    assert not loader._loading and store.gets == []  # noqa: SLF001
