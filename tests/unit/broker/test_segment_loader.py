@@ -12,8 +12,8 @@ import pytest
 from broker.meta.schema import SegmentMeta
 from broker.segment_loader import PART, READAHEAD_BYTES, Piece, SegmentLoader, ranges
 from segments.cache import SegmentCache
-from segments.local_store import LocalStore
-from segments.store import ObjectNotFoundError, PreconditionFailedError
+from segments.local_store import MAP_MIN, LocalStore
+from segments.store import Buffer, ObjectNotFoundError, PreconditionFailedError
 
 
 class CountingStore(LocalStore):
@@ -30,6 +30,16 @@ class CountingStore(LocalStore):
     ) -> bytes:  # fmt: skip
         self.gets.append((key, start, end))
         return await super().get(key, start, end, if_match)
+
+    async def get_buffer(
+        self, key: str, start: int | None = None, end: int | None = None,
+        if_match: str | None = None,
+    ) -> Buffer:  # fmt: skip
+        """The read path's GET (a mapping of the file when large), counted likewise."""
+        if start is not None and end is not None and end - start < MAP_MIN:
+            return await self.get(key, start, end, if_match)  # LocalStore's does the same
+        self.gets.append((key, start, end))
+        return await super().get_buffer(key, start, end, if_match)
 
 
 async def _segment(store: LocalStore, key: str, size: int) -> tuple[bytes, SegmentMeta]:

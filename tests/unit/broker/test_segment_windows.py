@@ -14,7 +14,8 @@ from broker.segment_windows import Windows, make_layout, slice_window, window_ke
 from protocol.batch import iter_batches
 from segments.cache import SegmentCache
 from segments.format import FOOTER_SIZE, HEADER_SIZE, CorruptSegmentError, parse_index
-from segments.local_store import LocalStore
+from segments.local_store import MAP_MIN, LocalStore
+from segments.store import Buffer
 from tests.unit.segments.conftest import make_segment
 
 BATCHES = [5] * 40  # 40 batches of 5 records, ~1.2 KB each, every batch indexed
@@ -32,6 +33,16 @@ class CountingStore(LocalStore):
     ) -> bytes:  # fmt: skip
         self.gets.append((key, start, end))
         return await super().get(key, start, end, if_match)
+
+    async def get_buffer(
+        self, key: str, start: int | None = None, end: int | None = None,
+        if_match: str | None = None,
+    ) -> Buffer:  # fmt: skip
+        """The read path's GET (a mapping of the file when large), counted likewise."""
+        if start is not None and end is not None and end - start < MAP_MIN:
+            return await self.get(key, start, end, if_match)  # LocalStore's does the same
+        self.gets.append((key, start, end))
+        return await super().get_buffer(key, start, end, if_match)
 
 
 def _offsets(view: memoryview) -> list[int]:
