@@ -2,9 +2,9 @@
 only in the object store, against the S3 server's single-stream GET bandwidth, measured
 in the same run (issue 13; docs/benchmarks.md).
 
-``python -m bench.cold_read [--messages N] [--base-tree DIR]``: starts SeaweedFS
-(``weed mini``) and a broker on it, produces ``N`` x 1 KiB (acks=all), waits for merges,
-restarts the broker (an empty segment cache), then
+``python -m bench.cold_read [--messages N] [--base-tree DIR] [--broker-arg=--FLAG=V]``:
+starts SeaweedFS (``weed mini``) and a broker on it, produces ``N`` x 1 KiB (acks=all),
+waits for merges, restarts the broker (an empty segment cache), then
 
 1. consumes the partition from offset 0 with confluent-kafka: MB/s (of values) and the
    broker's CPU per MB;
@@ -67,13 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--base-tree", type=Path)
     p.add_argument("--py-spy", type=Path, metavar="DIR", help="profile the cold consume")
+    p.add_argument("--broker-arg", action="append", default=[],
+                   help="extra flag for this tree's broker (e.g. --readahead-bytes=0)")  # fmt: skip
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="kafscale-cold-"))
     limits = ["--cache-bytes", str(64 << 20), "--log-level", "WARNING", "--merge-min-age-ms", "0"]
     with run_seaweedfs() as ep:
         bucket = create_bucket(ep)
         url = ep.store_url(bucket, "bench")
-        b = start_broker(work / "b", store_url=url, extra_args=tuple(limits))
+        b = start_broker(work / "b", store_url=url, extra_args=(*limits, *args.broker_arg))
         try:
             create_topics(b.bootstrap, ["cold"], 1)
             spec = {"bootstrap": b.bootstrap, "size": MSG, "partitions": 1, "kind": "produce",
