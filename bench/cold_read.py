@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             target = Target("cold", b.bootstrap, b.pid)
             with profiled(target, "consume", args.py_spy):
                 res = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
+            # the same again: from the cache as far as it holds the partition (all of it
+            # with --broker-arg=--cache-bytes=N above the partition's size): the client's
+            # and machine's ceiling, in the same run
+            warm = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
         finally:
             b.stop()
         base = None
@@ -122,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
           f"consumes {gets0:.1f}, after {gets1:.1f})")  # fmt: skip
     print(f"cold consume: {mbs:.1f} MB/s = {mbs / gets:.2f} of it, broker CPU "
           f"{res['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+    wmbs = warm["bytes"] / warm["seconds"] / 1e6
+    print(f"the same consume again (cached as far as the cache holds): {wmbs:.1f} MB/s, "
+          f"broker CPU {warm['cpu_ms_per_mb']:.1f} ms/MB; cold/again {mbs / wmbs:.2f}")  # fmt: skip
     if base is not None:
         bmbs = base["bytes"] / base["seconds"] / 1e6
         print(f"cold consume, base tree: {bmbs:.1f} MB/s = {bmbs / gets:.2f}, broker CPU "

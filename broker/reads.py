@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.meta.base import Get, MetaStoreError
@@ -24,7 +25,13 @@ from broker.segment_windows import Windows
 from protocol.batch import iter_batches
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import CachedSegment
-from segments.format import index_key_for, parse_index, partition_prefix, segment_key
+from segments.format import (
+    IndexEntry,
+    index_key_for,
+    parse_index,
+    partition_prefix,
+    segment_key,
+)
 from segments.reader import slice_batches
 from segments.store import Buffer, ObjectNotFoundError, PreconditionFailedError, StoreError
 
@@ -139,7 +146,8 @@ class Reader:
                 key = self.object_key(lg, seg)
                 if seg.size <= WHOLE_READ_LIMIT:
                     yield Piece.whole(key, seg)
-                elif self.windows.layout(key, seg) is None:
+                elif self.windows.layout(key, seg) is None:  # its index, in the background
+                    self.windows.prepare(key, seg, partial(self._index, key))
                     return
                 else:
                     yield from self.windows.pieces(key, seg, 0)
@@ -163,9 +171,12 @@ class Reader:
         # larger segments: by windows (broker/segment_windows.py)
         layout = self.windows.layout(key, seg)
         if layout is None:
-            index = parse_index(await self.logs.store.get(index_key_for(key)))
-            layout = self.windows.remember(key, seg, index)
+            layout = self.windows.remember(key, seg, await self._index(key))
         return await self.windows.read(key, seg, layout, offset, budget, following)
+
+    async def _index(self, key: str) -> list[IndexEntry]:
+        """The sparse index of the segment object ``key``."""
+        return parse_index(await self.logs.store.get(index_key_for(key)))
 
     async def check_manifest(self, lg: PartitionLog) -> bool:
         """Compare ``lg``'s manifest with the store's, read under the owner's guard.

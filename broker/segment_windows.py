@@ -17,9 +17,11 @@ by object key and ETag.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from broker.meta.schema import SegmentMeta
@@ -27,6 +29,8 @@ from broker.segment_loader import Piece, SegmentLoader
 from protocol.batch import BATCH_HEADER_SIZE, BatchHeader, read_header
 from segments.cache import SegmentCache
 from segments.format import FOOTER_SIZE, HEADER_SIZE, CorruptSegmentError, IndexEntry, lookup
+
+log = logging.getLogger(__name__)
 
 WINDOW = 8 * 1024 * 1024  # bytes per window (about: boundaries are indexed batch starts)
 LAYOUTS = 256  # layouts of large segments kept
@@ -102,6 +106,7 @@ class Windows:
         self.loader = loader
         self._cache = cache
         self._layouts: OrderedDict[str, Layout] = OrderedDict()
+        self._preparing: dict[str, asyncio.Future[Sequence[IndexEntry]]] = {}
         self.window = WINDOW
 
     def layout(self, key: str, seg: SegmentMeta) -> Layout | None:
@@ -117,6 +122,28 @@ class Windows:
         if len(self._layouts) > LAYOUTS:
             self._layouts.popitem(last=False)
         return layout
+
+    def prepare(
+        self, key: str, seg: SegmentMeta, index: Callable[[], Awaitable[Sequence[IndexEntry]]]
+    ) -> None:
+        """Read ``key``'s index in the background (once at a time) and remember its
+        layout, so readahead can continue into its windows; a failure is dropped (the
+        reader that needs the layout reads the index itself)."""
+        if key in self._preparing or self.layout(key, seg) is not None:
+            return
+        task = asyncio.ensure_future(index())
+        self._preparing[key] = task
+
+        def done(t: asyncio.Future[Sequence[IndexEntry]]) -> None:
+            self._preparing.pop(key, None)
+            if t.cancelled():
+                return
+            if t.exception() is not None:
+                log.debug("layout of %s not read ahead: %s", key, t.exception())
+                return
+            self.remember(key, seg, t.result())
+
+        task.add_done_callback(done)
 
     def pieces(self, key: str, seg: SegmentMeta, pos: int) -> Iterator[Piece]:
         """The windows of ``key`` from the one holding ``pos`` on, as loader pieces."""

@@ -54,7 +54,7 @@ def _consume_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
             idle = 0 if msgs else idle + 1
             for m in msgs:
                 assert m.error() is None, m.error()
-                got.append(m.value())
+                got.append(m.value() or b"")
     finally:
         c.close()
     return got

@@ -13,7 +13,7 @@ from broker.segment_loader import Piece, SegmentLoader
 from broker.segment_windows import Windows, make_layout, slice_window, window_key
 from protocol.batch import iter_batches
 from segments.cache import SegmentCache
-from segments.format import FOOTER_SIZE, HEADER_SIZE, CorruptSegmentError, parse_index
+from segments.format import FOOTER_SIZE, HEADER_SIZE, CorruptSegmentError, IndexEntry, parse_index
 from segments.local_store import MAP_MIN, LocalStore
 from segments.store import Buffer
 from tests.unit.segments.conftest import make_segment
@@ -49,7 +49,7 @@ def _offsets(view: memoryview) -> list[int]:
     return [hdr.base_offset for hdr, _ in iter_batches(view)]
 
 
-async def _setup(tmp_path: Path, readahead: int = 1 << 30):  # type: ignore[no-untyped-def]
+async def _setup(tmp_path: Path, readahead: int = 1 << 30):
     store, cache = CountingStore(str(tmp_path)), SegmentCache(1 << 30)
     built, data = make_segment(100, BATCHES, index_interval=5, value_size=200)
     etag = await store.put_if_absent("t/0/big", built.buffers)
@@ -136,3 +136,39 @@ async def test_a_replaced_object_is_not_read_through_an_old_layout(tmp_path: Pat
     assert windows.layout("t/0/big", seg) is not None
     other = SegmentMeta(seg.base, seg.last, seg.size, 200, -1, "other-etag", "t/0/big")
     assert windows.layout("t/0/big", other) is None
+
+
+async def test_prepare_reads_a_layout_in_the_background_once(tmp_path: Path) -> None:
+    store, _cache, loader, _w, seg, _layout, _ = await _setup(tmp_path)
+    windows = Windows(loader, lambda: SegmentCache(1 << 30))
+    windows.window = WINDOW
+    built, _data = make_segment(100, BATCHES, index_interval=5, value_size=200)
+    calls = 0
+
+    async def index() -> list[IndexEntry]:
+        nonlocal calls
+        calls += 1
+        return parse_index(built.index)
+
+    assert windows.layout("t/0/big", seg) is None
+    windows.prepare("t/0/big", seg, index)
+    windows.prepare("t/0/big", seg, index)  # already under way: not again
+    while windows._preparing:  # noqa: SLF001 - wait for the background read
+        await asyncio.wait(list(windows._preparing.values()))  # noqa: SLF001
+    layout = windows.layout("t/0/big", seg)
+    assert calls == 1 and layout is not None and len(layout.bounds) > 3
+    assert [p.cache_key for p in windows.pieces("t/0/big", seg, 0)][:2] == [
+        window_key("t/0/big", layout.bounds[0]),
+        window_key("t/0/big", layout.bounds[1]),
+    ]
+    windows.prepare("t/0/big", seg, index)  # known now: nothing to do
+    assert calls == 1 and not windows._preparing  # noqa: SLF001
+
+    async def failing() -> list[IndexEntry]:
+        raise OSError("index unavailable")
+
+    other = SegmentMeta(300, 400, seg.size, 1, -1, seg.etag, "t/0/other")
+    windows.prepare("t/0/other", other, failing)
+    while windows._preparing:  # noqa: SLF001
+        await asyncio.wait(list(windows._preparing.values()))  # noqa: SLF001
+    assert windows.layout("t/0/other", other) is None  # dropped, no layout
