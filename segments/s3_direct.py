@@ -17,8 +17,10 @@ returns ``None`` and the caller falls back to the SDK path, with its retries and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import logging
+import socket
 import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -135,5 +137,8 @@ class DirectGetter:
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             conns, self._conns = self._conns, []
-        for conn in conns:
+        for conn in conns:  # a GET still reading returns at once (an error, dropped)
+            if conn.sock is not None:
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)
             conn.close()
