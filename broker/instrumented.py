@@ -108,6 +108,17 @@ class InstrumentedStore:
         self._bytes.inc(("get",), len(data))
         return data
 
+    async def get_parts(
+        self, key: str, lo: int, hi: int, part: int, if_match: str | None = None
+    ) -> Buffer | None:
+        """``S3Store.get_parts`` (None on other stores), timed and counted as a get."""
+        inner = getattr(self.inner, "get_parts", None)
+        if inner is None:
+            return None
+        data: Buffer | None = await self._call("get", inner(key, lo, hi, part, if_match))
+        self._bytes.inc(("get",), len(data) if data is not None else 0)
+        return data
+
     async def head(self, key: str) -> ObjectInfo | None:
         info: ObjectInfo | None = await self._call("head", self.inner.head(key))
         return info

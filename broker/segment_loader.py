@@ -157,11 +157,15 @@ class SegmentLoader:
         lo, hi = (0, piece.seg.size) if whole else (piece.lo, piece.hi)
         data: Buffer | None = None
         if getattr(store, "parallel_ranged_gets", False) and hi - lo > PART:
-            parts = await asyncio.gather(
-                *(get(piece.key, a, b, etag) for a, b in ranges(lo, hi, PART))
-            )
-            if sum(len(p) for p in parts) == hi - lo:  # joined off the loop (GIL dropped)
-                data = await asyncio.to_thread(b"".join, parts)
+            get_parts = getattr(store, "get_parts", None)  # S3: into one buffer, no join
+            if get_parts is not None:
+                data = await get_parts(piece.key, lo, hi, PART, etag)
+            if data is None:
+                parts = await asyncio.gather(
+                    *(get(piece.key, a, b, etag) for a, b in ranges(lo, hi, PART))
+                )
+                if sum(len(p) for p in parts) == hi - lo:  # joined off the loop (GIL dropped)
+                    data = await asyncio.to_thread(b"".join, parts)
         if data is None:
             data = await (
                 get(piece.key, None, None, etag) if whole else get(piece.key, lo, hi, etag)

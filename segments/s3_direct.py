@@ -48,18 +48,27 @@ class DirectGetter:
         self._conns: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    async def get(self, url: str, headers: dict[str, str], expect: int | None) -> Reply | None:
+    async def get(
+        self,
+        url: str,
+        headers: dict[str, str],
+        expect: int | None,
+        into: memoryview | None = None,
+    ) -> Reply | None:
         """GET ``url`` (presigned) with ``headers``; ``expect``: the body length a ranged
-        GET must return (a 200 with the whole object instead is refused). None: use the
+        GET must return (a 200 with the whole object instead is refused); ``into``: read
+        the body into this buffer (of ``expect`` bytes) instead of a new one. None: use the
         SDK path."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, self._get, url, headers, expect)
+            return await loop.run_in_executor(self._pool, self._get, url, headers, expect, into)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             log.debug("direct GET failed, falling back to the SDK: %s", exc)
             return None
 
-    def _get(self, url: str, headers: dict[str, str], expect: int | None) -> Reply | None:
+    def _get(
+        self, url: str, headers: dict[str, str], expect: int | None, into: memoryview | None
+    ) -> Reply | None:
         parts = urlsplit(url)
         target = parts.path + ("?" + parts.query if parts.query else "")
         for attempt in (0, 1):  # a kept-alive connection the server closed: once more
@@ -73,14 +82,16 @@ class DirectGetter:
                     raise
                 continue
             try:
-                return self._reply(resp, expect)
+                return self._reply(resp, expect, into)
             except BaseException:
                 self._drop(conn, parts.scheme, parts.hostname or "", parts.port)
                 raise
         return None
 
     @staticmethod
-    def _reply(resp: http.client.HTTPResponse, expect: int | None) -> Reply | None:
+    def _reply(
+        resp: http.client.HTTPResponse, expect: int | None, into: memoryview | None
+    ) -> Reply | None:
         status = resp.status
         length = resp.getheader("Content-Length")
         if status not in (200, 206) or length is None:
@@ -90,8 +101,7 @@ class DirectGetter:
         if expect is not None and (status != 206 or n != expect):
             resp.read()
             return None
-        buf = bytearray(n)
-        view = memoryview(buf)
+        view = memoryview(bytearray(n)) if into is None or len(into) != n else into
         pos = 0
         while pos < n:
             got = resp.readinto(view[pos:])
@@ -99,7 +109,7 @@ class DirectGetter:
                 raise http.client.IncompleteRead(bytes(0), n - pos)
             pos += got
         resp.read()  # the (empty) rest: the response is complete, the connection reusable
-        return Reply(status, view.toreadonly())
+        return Reply(status, view if view is into else view.toreadonly())
 
     def _conn(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
         conns: dict[tuple[str, str, int | None], http.client.HTTPConnection] | None

@@ -225,13 +225,7 @@ class S3Store:
             return b""
         if self._direct is None:
             return await self.get(key, start, end, if_match)
-        client = await self._get_client()
-        try:
-            url = await client.generate_presigned_url(
-                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=900
-            )
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"get {key}: {exc}") from exc
+        url = await self._presign(key)
         headers = {}
         if ranged:
             headers["Range"] = f"bytes={lo}-" if end is None else f"bytes={lo}-{end - 1}"
@@ -248,6 +242,44 @@ class S3Store:
         if reply.status == 416 or reply.body is None:
             return b""
         return reply.body
+
+    async def get_parts(
+        self, key: str, lo: int, hi: int, part: int, if_match: str | None = None
+    ) -> Buffer | None:
+        """Bytes ``[lo, hi)`` of ``key`` as concurrent direct ranged GETs of ``part`` bytes,
+        each read straight into its place in one buffer (no join). None when the direct
+        path cannot serve them (the caller reads them another way)."""
+        if self._direct is None or hi <= lo:
+            return None
+        url = await self._presign(key)
+        view = memoryview(bytearray(hi - lo))
+        spans = [(a, min(a + part, hi)) for a in range(lo, hi, part)]
+        match = {} if if_match is None else {"If-Match": f'"{if_match.strip(chr(34))}"'}
+        replies = await asyncio.gather(
+            *(
+                self._direct.get(url, {"Range": f"bytes={a}-{b - 1}", **match}, b - a,
+                                 view[a - lo : b - lo])
+                for a, b in spans
+            )
+        )  # fmt: skip
+        for r in replies:
+            if r is not None and r.status == 404:
+                raise ObjectNotFoundError(key)
+            if r is not None and r.status == 412:
+                raise PreconditionFailedError(key)
+            if r is None or r.status != 206:
+                return None
+        return view.toreadonly()
+
+    async def _presign(self, key: str) -> str:
+        client = await self._get_client()
+        try:
+            url: str = await client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=900
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"get {key}: {exc}") from exc
+        return url
 
     async def head(self, key: str) -> ObjectInfo | None:
         client = await self._get_client()

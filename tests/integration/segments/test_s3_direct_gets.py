@@ -58,3 +58,17 @@ async def test_if_match_and_missing_objects(direct: S3Store) -> None:
     with pytest.raises(ObjectNotFoundError):
         await direct.get_buffer("nope/obj", 0, 10, etag)
     assert await direct.get_buffer("m/obj", 1, 3, etag) == b"bc"
+
+
+async def test_parts_are_read_into_one_buffer(direct: S3Store) -> None:
+    payload = bytes(range(256)) * 4096 + b"tail"
+    etag = await direct.put_if_absent("p/obj", [payload])
+    got = await direct.get_parts("p/obj", 0, len(payload), 300_000, etag)
+    assert isinstance(got, memoryview) and got.readonly and got == payload
+    got = await direct.get_parts("p/obj", 1000, 700_001, 250_000)  # uneven last part
+    assert got == payload[1000:700_001]
+    with pytest.raises(PreconditionFailedError):
+        await direct.get_parts("p/obj", 0, 600_000, 250_000, "0" * 32)
+    with pytest.raises(ObjectNotFoundError):
+        await direct.get_parts("nope/obj", 0, 600_000, 250_000)
+    assert await direct.get_parts("p/obj", 10, 10, 250_000) is None  # nothing to read
