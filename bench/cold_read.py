@@ -74,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="the consumers' max.partition.fetch.bytes (default: librdkafka's 1 MiB)",
     )
+    p.add_argument(
+        "--store-param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra S3 URL parameter for both brokers (e.g. parallel_gets=true)",
+    )
     p.add_argument("--broker-arg", action="append", default=[],
                    help="extra flag for this tree's broker (e.g. --readahead-bytes=0)")  # fmt: skip
     args = p.parse_args(argv)
@@ -81,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     limits = ["--cache-bytes", str(64 << 20), "--log-level", "WARNING", "--merge-min-age-ms", "0"]
     with run_seaweedfs() as ep:
         bucket = create_bucket(ep)
-        url = ep.store_url(bucket, "bench")
+        url = ep.store_url(bucket, "bench") + "".join("&" + kv for kv in args.store_param)
         b = start_broker(work / "b", store_url=url, extra_args=(*limits, *args.broker_arg))
         try:
             create_topics(b.bootstrap, ["cold"], 1)
