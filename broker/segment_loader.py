@@ -20,6 +20,9 @@ too large to read whole.
   start finds the next pieces in the cache, and its GETs overlap with serving it. A
   failed readahead is dropped silently: the reader that needs the piece loads it again
   and handles the error as the read path does.
+- **An index per loaded segment**: a whole segment is cached with a sparse index built
+  from its batch headers (``sparse_index``), so a fetch from it does not walk its batches
+  from the start.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 from broker.meta.schema import SegmentMeta
 from segments.cache import SegmentCache
+from segments.format import CorruptSegmentError, IndexEntry, iter_segment_batches
 from segments.store import Buffer, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,7 @@ READAHEAD_BYTES = 24 * 1024 * 1024  # bytes kept loading ahead of a reader (at m
 READAHEAD_CACHE_SHARE = 3  # ... and at most this share of the cache (1/3)
 MAX_BACKGROUND = 8  # readahead loads in flight per broker
 SEEN = 4096  # pieces remembered as read from (readahead starts once per piece)
+INDEX_EVERY = 64 * 1024  # bytes of batches per entry of a loaded segment's index
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,5 +175,23 @@ class SegmentLoader:
             data = await (
                 get(piece.key, None, None, etag) if whole else get(piece.key, lo, hi, etag)
             )
-        self._cache().put(piece.cache_key, data, None, piece.seg.etag)
+        index = sparse_index(data) if whole else None  # windows: their layout's index
+        self._cache().put(piece.cache_key, data, index, piece.seg.etag)
         return data
+
+
+def sparse_index(data: Buffer, every: int = INDEX_EVERY) -> list[IndexEntry] | None:
+    """An index of a whole segment read from the store (one entry per ``every`` bytes of
+    batches), kept with it in the cache so that fetches from it start near their offset
+    instead of walking its batch headers from the start. None when its framing is bad
+    (the reader reports that as before)."""
+    out: list[IndexEntry] = []
+    last = -every
+    try:
+        for pos, hdr, _view in iter_segment_batches(data):
+            if pos - last >= every:
+                out.append(IndexEntry(hdr.base_offset, pos))
+                last = pos
+    except CorruptSegmentError:
+        return None
+    return out

@@ -10,10 +10,20 @@ from pathlib import Path
 import pytest
 
 from broker.meta.schema import SegmentMeta
-from broker.segment_loader import PART, READAHEAD_BYTES, Piece, SegmentLoader, ranges
+from broker.segment_loader import (
+    PART,
+    READAHEAD_BYTES,
+    Piece,
+    SegmentLoader,
+    ranges,
+    sparse_index,
+)
 from segments.cache import SegmentCache
+from segments.format import HEADER_SIZE, IndexEntry, iter_segment_batches
 from segments.local_store import MAP_MIN, LocalStore
+from segments.reader import slice_batches
 from segments.store import Buffer, ObjectNotFoundError, PreconditionFailedError
+from tests.unit.segments.conftest import make_segment
 
 
 class CountingStore(LocalStore):
@@ -163,3 +173,26 @@ async def test_no_readahead_with_a_budget_of_zero(tmp_path: Path) -> None:
     loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=0)
     assert loader.readahead([Piece.whole(seg.key, seg)]) == 0
     assert not loader._loading and store.gets == []  # noqa: SLF001
+
+
+def test_sparse_index_of_a_loaded_segment() -> None:
+    built, data = make_segment(100, [5] * 40, index_interval=5, value_size=200)
+    starts = {pos: hdr.base_offset for pos, hdr, _ in iter_segment_batches(data)}
+    index = sparse_index(data, every=5000)
+    assert index is not None and index[0] == IndexEntry(100, HEADER_SIZE)
+    assert all(starts[e.position] == e.offset for e in index)  # real batch starts
+    gaps = [b.position - a.position for a, b in zip(index, index[1:], strict=False)]
+    assert gaps and all(g >= 5000 for g in gaps) and len(index) < len(starts)
+    for offset in range(100, 300):  # the same batches as a walk from the start
+        assert slice_batches(data, index, offset, 3000) == slice_batches(data, None, offset, 3000)
+    assert sparse_index(os.urandom(5000)) is None  # bad framing: no index
+
+
+async def test_a_loaded_segment_is_cached_with_its_index(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    built, data = make_segment(100, [5] * 40, index_interval=5, value_size=200)
+    etag = await store.put_if_absent("t/0/seg", built.buffers)
+    seg = SegmentMeta(100, 299, len(data), 200, -1, etag, "t/0/seg")
+    assert await _loader(store, cache).load("t/0/seg", seg) == data
+    cached = cache.get("t/0/seg", etag)
+    assert cached is not None and cached.index == sparse_index(data)
