@@ -14,6 +14,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("server CPU ms/MB, produce", "produce", "cpu"),
     ("server CPU ms/MB, idempotent", "produce_idem", "cpu"),
     ("server CPU ms/MB, consume", "consume", "cpu"),
+    ("server CPU ms/MB, consume from cache", "consume_cached", "cpu"),
+    ("  the same, net of the idle broker's", "consume_cached", "cpu_net"),
     ("produce MB/s (acks=all)", "produce", "mbs"),
     ("produce msg/s", "produce", "msgs"),
     ("produce p50 ms (saturated)", "produce", "p50_ms"),
@@ -30,6 +32,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("  paced: wait for a cycle p99 ms", "paced", "wait_p99_ms"),
     ("consume MB/s", "consume", "mbs"),
     ("consume msg/s", "consume", "msgs"),
+    ("consume from cache MB/s", "consume_cached", "mbs"),
 ]
 
 
@@ -37,14 +40,19 @@ def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
     res = results.get(phase)
     if res is None:
         return math.nan
-    if metric == "cpu":
+    if metric in ("cpu", "cpu_net"):
         mb = res["bytes"] / 1e6
-        return res["server_cpu_s"] * 1000 / mb if res.get("server_cpu_s") and mb else math.nan
+        idle = res.get("server_idle_cpu_s", 0.0) if metric == "cpu_net" else 0.0
+        if metric == "cpu_net" and "server_idle_cpu_s" not in res:
+            return math.nan
+        return (
+            (res["server_cpu_s"] - idle) * 1000 / mb if res.get("server_cpu_s") and mb else math.nan
+        )
     if metric == "budget":  # the paced p99 goal of issue 13
         parts = [res.get("flush_interval_ms"), res.get("put_p99_ms"), res.get("commit_p99_ms")]
         return math.nan if None in parts else float(sum(parts))
     if metric in ("mbs", "msgs"):
-        mbs, msgs = rate(res, steady=phase == "consume")
+        mbs, msgs = rate(res, steady=phase.startswith("consume"))
         return mbs if metric == "mbs" else msgs
     return float(res.get(metric, math.nan))
 

@@ -8,6 +8,7 @@ worker process (``bench.broker_workers``); per target and phase the median trial
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +46,15 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
         fut.result(30)
 
 
-PHASES = ("produce", "produce_idem", "paced", "consume")
+PHASES = ("produce", "produce_idem", "paced", "consume", "consume_cached")
+CACHED_MESSAGES = 40_000  # at most this many for the from-cache consume (fits 64 MiB)
+SETTLE_S = 3.5  # after its fill: merges of the new segments (2 s min age) are done
+IDLE_S = 1.5  # then the idle broker's CPU is measured this long
+CACHED_PASSES = 3
 
 
 def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, Any]]:
-    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced")}
+    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced", "cached")}
     if target.name != "mock":
         create_topics(target.bootstrap, list(topics.values()), plan.partitions)
     base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
@@ -63,6 +68,13 @@ def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, An
                   "messages": int(plan.paced_rate * plan.paced_seconds), "rate": plan.paced_rate},
         "consume": {"kind": "consume", "topic": topics["produce"], "messages": plan.messages,
                     "rewind": target.name == "mock"},
+        # a topic small enough for the segment cache, produced just before (untimed, in
+        # the cache as it is committed): what a consumer close to the log end costs
+        # read CACHED_PASSES times over (rewinding): volume enough for the CPU clock's
+        # 10 ms ticks, little of it the consumer's start
+        "consume_cached": {"kind": "consume", "topic": topics["cached"],
+                           "messages": CACHED_PASSES * min(plan.messages // 2, CACHED_MESSAGES),
+                           "fill": min(plan.messages // 2, CACHED_MESSAGES), "rewind": True},
     }  # fmt: skip
     return {k: {**base, **v} for k, v in specs.items()}
 
@@ -77,15 +89,32 @@ def warm_up(target: Target, plan: Plan) -> None:
 
 
 def _run_phase(target: Target, phase: str, spec: dict[str, Any], spy: Path | None) -> Any:
-    cpu = cpu_seconds(target.pid)
+    idle_rate = None
+    fill = spec.pop("fill", 0)
+    if fill:  # produce what the phase then consumes (not measured)
+        run_worker({**spec, "kind": "produce", "idempotence": False, "messages": fill})
+        if target.name != "mock":
+            time.sleep(SETTLE_S)  # the broker's background merges, not the consume's cost
+            idle_rate = _idle_cpu_rate(target.pid)
     hist = scrape_buckets(target.metrics_url)
+    cpu, start = cpu_seconds(target.pid), time.perf_counter()
     with profiled(target, phase, spy):
         res = run_worker(spec)
     res["server_cpu_s"] = cpu_seconds(target.pid) - cpu
+    if idle_rate is not None:  # what the idle broker spends meanwhile (/metrics, leases)
+        res["server_idle_cpu_s"] = idle_rate * (time.perf_counter() - start)
     res.update(waits(hist, scrape_buckets(target.metrics_url)))
     res["flush_interval_ms"] = target.flush_interval_ms
     print(f"  {target.name:<6} {phase:<13} {_brief(res)}", flush=True)
     return res
+
+
+def _idle_cpu_rate(pid: int | None, seconds: float = IDLE_S) -> float:
+    """CPU seconds per second of the broker with no client (its background work and the
+    bench's own /metrics scrapes), to set beside a short phase's CPU."""
+    cpu = cpu_seconds(pid)
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - cpu) / seconds
 
 
 def _median(trials: list[dict[str, Any]], phase: str) -> dict[str, Any]:

@@ -113,6 +113,12 @@ def _consume(spec: dict[str, Any]) -> dict[str, Any]:
             "log_level": 3,
             # rewinding: the watermark query waits behind an idle long poll at the log end
             **({"fetch.wait.max.ms": 5} if spec.get("rewind") else {}),
+            # bytes per partition per fetch (librdkafka's default: 1 MiB)
+            **(
+                {"max.partition.fetch.bytes": spec["fetch_bytes"]}
+                if spec.get("fetch_bytes")
+                else {}
+            ),
         }
     )
     topic, count, rewind = spec["topic"], int(spec["messages"]), bool(spec.get("rewind"))

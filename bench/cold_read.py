@@ -2,14 +2,15 @@
 only in the object store, against the S3 server's single-stream GET bandwidth, measured
 in the same run (issue 13; docs/benchmarks.md).
 
-``python -m bench.cold_read [--messages N] [--base-tree DIR]``: starts SeaweedFS
-(``weed mini``) and a broker on it, produces ``N`` x 1 KiB (acks=all), waits for merges,
-restarts the broker (an empty segment cache), then
+``python -m bench.cold_read [--messages N] [--base-tree DIR] [--broker-arg=--FLAG=V]``:
+starts SeaweedFS (``weed mini``) and a broker on it, produces ``N`` x 1 KiB (acks=all),
+waits for merges, restarts the broker (an empty segment cache), then
 
 1. consumes the partition from offset 0 with confluent-kafka: MB/s (of values) and the
    broker's CPU per MB;
 2. GETs every segment object of the partition one after another with one boto3 client
-   (one stream, whole objects): MB/s of object bytes.
+   (one stream, whole objects), before and after the consumes: MB/s of object bytes (the
+   mean is the reference).
 
 With ``--base-tree DIR`` the consume is repeated by a broker run from that source tree
 (before the read-path changes) on the same bucket. Processes are stopped by PID.
@@ -32,10 +33,10 @@ from bench.broker_workers import run_worker
 MSG = 1024
 
 
-def _consume(bootstrap: str, topic: str, n: int, pid: int) -> dict[str, Any]:
+def _consume(bootstrap: str, topic: str, n: int, pid: int, fetch: int = 0) -> dict[str, Any]:
     cpu = cpu_seconds(pid)
     res = run_worker({"bootstrap": bootstrap, "size": MSG, "partitions": 1, "kind": "consume",
-                      "topic": topic, "messages": n})  # fmt: skip
+                      "topic": topic, "messages": n, "fetch_bytes": fetch})  # fmt: skip
     res["cpu_ms_per_mb"] = (cpu_seconds(pid) - cpu) * 1000 / (res["bytes"] / 1e6)
     return res
 
@@ -45,9 +46,12 @@ def _single_stream(endpoint: Any, bucket: str, prefix: str) -> tuple[float, int]
 
     client = s3_client(endpoint)
     try:
-        keys = []
+        keys, sizes = [], []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".kfs")]
+            objs = [o for o in page.get("Contents", []) if o["Key"].endswith(".kfs")]
+            keys += [o["Key"] for o in objs]
+            sizes += [o["Size"] for o in objs]
+        print("segment objects (MB):", " ".join(f"{s / 1e6:.1f}" for s in sizes))
         start, total = time.perf_counter(), 0
         for key in sorted(keys):
             total += len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -64,13 +68,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--base-tree", type=Path)
     p.add_argument("--py-spy", type=Path, metavar="DIR", help="profile the cold consume")
+    p.add_argument(
+        "--fetch-bytes",
+        type=int,
+        default=0,
+        help="the consumers' max.partition.fetch.bytes (default: librdkafka's 1 MiB)",
+    )
+    p.add_argument(
+        "--store-param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra S3 URL parameter for both brokers (e.g. parallel_gets=true)",
+    )
+    p.add_argument("--broker-arg", action="append", default=[],
+                   help="extra flag for this tree's broker (e.g. --readahead-bytes=0)")  # fmt: skip
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="kafscale-cold-"))
     limits = ["--cache-bytes", str(64 << 20), "--log-level", "WARNING", "--merge-min-age-ms", "0"]
     with run_seaweedfs() as ep:
         bucket = create_bucket(ep)
-        url = ep.store_url(bucket, "bench")
-        b = start_broker(work / "b", store_url=url, extra_args=tuple(limits))
+        url = ep.store_url(bucket, "bench") + "".join("&" + kv for kv in args.store_param)
+        b = start_broker(work / "b", store_url=url, extra_args=(*limits, *args.broker_arg))
         try:
             create_topics(b.bootstrap, ["cold"], 1)
             spec = {"bootstrap": b.bootstrap, "size": MSG, "partitions": 1, "kind": "produce",
@@ -78,9 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             run_worker(spec)
             time.sleep(3)  # merges of the small segments (interval 1 s) before the restart
             b.restart()  # an empty segment cache: everything is in S3 only
+            gets0, _ = _single_stream(ep, bucket, "bench/")  # before, and after, the consumes
             target = Target("cold", b.bootstrap, b.pid)
             with profiled(target, "consume", args.py_spy):
-                res = _consume(b.bootstrap, "cold", args.messages, b.pid)
+                res = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
+            # the same again: from the cache as far as it holds the partition (all of it
+            # with --broker-arg=--cache-bytes=N above the partition's size): the client's
+            # and machine's ceiling, in the same run
+            warm = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
         finally:
             b.stop()
         base = None
@@ -91,22 +115,27 @@ def main(argv: list[str] | None = None) -> int:
             bargs = ["--listen", f"127.0.0.1:{port}", "--store", url, *limits]
             bp = BrokerProcess(work / "b", port, bargs, env).start()
             try:
-                base = _consume(bp.bootstrap, "cold", args.messages, bp.pid)
+                base = _consume(bp.bootstrap, "cold", args.messages, bp.pid, args.fetch_bytes)
             finally:
                 bp.stop()
             b.start()  # this tree's broker again, after the base tree's: order effects
             try:
-                res2 = _consume(b.bootstrap, "cold", args.messages, b.pid)
+                res2 = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
             finally:
                 b.stop()
             mbs2 = res2["bytes"] / res2["seconds"] / 1e6
             print(f"cold consume again, after the base tree's: {mbs2:.1f} MB/s, broker CPU "
                   f"{res2['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
-        gets, n = _single_stream(ep, bucket, "bench/")
+        gets1, n = _single_stream(ep, bucket, "bench/")
+    gets = (gets0 + gets1) / 2  # the machine is shared: the mean of before and after
     mbs = res["bytes"] / res["seconds"] / 1e6
-    print(f"single-stream GET: {gets:.1f} MB/s over {n} segment objects")
+    print(f"single-stream GET: {gets:.1f} MB/s over {n} segment objects (before the "
+          f"consumes {gets0:.1f}, after {gets1:.1f})")  # fmt: skip
     print(f"cold consume: {mbs:.1f} MB/s = {mbs / gets:.2f} of it, broker CPU "
           f"{res['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+    wmbs = warm["bytes"] / warm["seconds"] / 1e6
+    print(f"the same consume again (cached as far as the cache holds): {wmbs:.1f} MB/s, "
+          f"broker CPU {warm['cpu_ms_per_mb']:.1f} ms/MB; cold/again {mbs / wmbs:.2f}")  # fmt: skip
     if base is not None:
         bmbs = base["bytes"] / base["seconds"] / 1e6
         print(f"cold consume, base tree: {bmbs:.1f} MB/s = {bmbs / gets:.2f}, broker CPU "

@@ -86,6 +86,13 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
     ),
     ("cache-bytes", "cache_bytes", int, "segment cache size in bytes"),
     (
+        "readahead-bytes",
+        "readahead_bytes",
+        int,
+        "bytes read ahead of a consumer of older segments (default 25165824, at most a "
+        "third of the cache; 0 = none)",
+    ),
+    (
         "max-fetch-sessions",
         "max_fetch_sessions",
         int,

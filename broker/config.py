@@ -43,6 +43,9 @@ class BrokerConfig:
     broker_inflight_bytes: int = 512 * 1024 * 1024
     # read path (docs/architecture.md)
     cache_bytes: int = 256 * 1024 * 1024
+    # bytes loaded ahead of a reader of older segments, at most a third of the cache
+    # (broker/segment_loader.py); 0: no readahead
+    readahead_bytes: int = 24 * 1024 * 1024
     max_fetch_sessions: int = 1000  # KIP-227 session cache slots (broker/fetch_sessions.py)
     index_interval: int = 100
     # log maintenance on the partition owner (broker/maintenance.py, docs/format.md)

@@ -92,6 +92,33 @@ class InstrumentedStore:
         self._bytes.inc(("get",), len(data))
         return data
 
+    async def get_buffer(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> Buffer:
+        """The read path's GET (``S3Store.get_buffer``; ``get`` on other stores), timed
+        and counted as a get."""
+        inner = getattr(self.inner, "get_buffer", None)
+        if inner is None:
+            return await self.get(key, start, end, if_match)
+        data: Buffer = await self._call("get", inner(key, start, end, if_match))
+        self._bytes.inc(("get",), len(data))
+        return data
+
+    async def get_parts(
+        self, key: str, lo: int, hi: int, part: int, if_match: str | None = None
+    ) -> Buffer | None:
+        """``S3Store.get_parts`` (None on other stores), timed and counted as a get."""
+        inner = getattr(self.inner, "get_parts", None)
+        if inner is None:
+            return None
+        data: Buffer | None = await self._call("get", inner(key, lo, hi, part, if_match))
+        self._bytes.inc(("get",), len(data) if data is not None else 0)
+        return data
+
     async def head(self, key: str) -> ObjectInfo | None:
         info: ObjectInfo | None = await self._call("head", self.inner.head(key))
         return info

@@ -99,6 +99,12 @@ class LogManager:
         self.cluster.on_lease_lost(self._drop_all)
         self.topics.add_listener(self._on_topic)
         self._reconcile_task = asyncio.create_task(self._reconcile_loop(), name="reconcile")
+        warm = getattr(self.store, "warm", None)  # S3: the client before the first read
+        if warm is not None:
+            try:
+                await warm()
+            except Exception as exc:  # the first request reports it again, as before
+                log.warning("object store client not created at start: %s", exc)
 
     async def stop(self) -> None:
         """Flush what is buffered, release every partition, stop the flusher."""
@@ -142,7 +148,9 @@ class LogManager:
         return out
 
     async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
-        return await self.reader.segment_batches(lg, seg)
+        # bytes-like: a read-only memoryview when S3 read it directly (segments/s3_direct.py);
+        # every caller only parses it (iter_segment_batches)
+        return await self.reader.segment_batches(lg, seg)  # type: ignore[return-value]
 
     async def discard(self, lg: PartitionLog, keys: list[str]) -> None:
         """Delete segment objects that this owner wrote under its own writer-unique names

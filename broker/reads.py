@@ -13,18 +13,21 @@ answers "no data" below the high watermark because an object was missing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.meta.base import Get, MetaStoreError
 from broker.meta.schema import entry_base, segments_prefix
 from broker.partition import PartitionLog, SegmentMeta
-from broker.segment_loader import READAHEAD, SegmentLoader
+from broker.segment_loader import Piece, SegmentLoader
+from broker.segment_windows import Windows
 from protocol.batch import iter_batches
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import CachedSegment
-from segments.format import partition_prefix, segment_key
-from segments.reader import load_index, read_from, slice_batches
-from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError
+from segments.format import IndexEntry, partition_prefix, segment_key
+from segments.reader import load_index, slice_batches
+from segments.store import Buffer, ObjectNotFoundError, PreconditionFailedError, StoreError
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -40,7 +43,10 @@ class Reader:
         self.namespace = logs.config.namespace
         self.last_read = -1
         # shared loads, parallel ranged GETs and readahead (broker/segment_loader.py)
-        self.loader = SegmentLoader(lambda: self.logs.store, lambda: self.logs.cache)
+        self.loader = SegmentLoader(
+            lambda: self.logs.store, lambda: self.logs.cache, logs.config.readahead_bytes
+        )
+        self.windows = Windows(self.loader, lambda: self.logs.cache)  # of large segments
 
     def object_key(self, lg: PartitionLog, seg: SegmentMeta) -> str:
         """The object key of a committed segment (entries name theirs; legacy entries
@@ -49,7 +55,9 @@ class Reader:
             return partition_prefix(self.namespace, lg.topic, lg.partition) + seg.key
         return segment_key(self.namespace, lg.topic, lg.partition, seg.base)
 
-    async def segment_data(self, lg: PartitionLog, seg: SegmentMeta, shared: bool = False) -> bytes:
+    async def segment_data(
+        self, lg: PartitionLog, seg: SegmentMeta, shared: bool = False
+    ) -> Buffer:
         """The whole segment (cached). ``shared``: a fetch's read may join a load of the
         same object already in flight (a readahead); other callers (merges, timestamp
         lookups) load on their own, never waiting behind a reader's GET."""
@@ -57,10 +65,10 @@ class Reader:
         cache = self.logs.cache
         cached = cache.get(key, seg.etag)
         if cached is not None:
-            return cached.data  # type: ignore[return-value]
+            return cached.data
         return await self.loader.load(key, seg, shared)
 
-    async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> bytes:
+    async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> Buffer:
         """The whole segment object (cached), for timestamp lookups and merges; a missing
         object is checked against the fresh manifest first (see the module doc)."""
         try:
@@ -95,8 +103,9 @@ class Reader:
             cached = self.logs.cache.get(key, seg.etag)
             if cached is None and remote_reads:
                 break
+            following = self._following(lg, idx)
             try:
-                view = await self._read_one(lg, seg, key, cached, offset, max_bytes - total)
+                view = await self._read_one(seg, key, cached, offset, max_bytes - total, following)
             except (ObjectNotFoundError, PreconditionFailedError):
                 attempts += 1
                 now = lg.segment_index(offset)
@@ -105,9 +114,8 @@ class Reader:
                 if attempts > 2 or not await self.check_manifest(lg):
                     raise
                 continue
-            if cached is None:
-                nxt = lg.segments[idx + 1 : idx + 1 + READAHEAD]
-                self.loader.readahead([(self.object_key(lg, s), s) for s in nxt], WHOLE_READ_LIMIT)
+            if seg.size <= WHOLE_READ_LIMIT and self.loader.first_read(key):
+                self.loader.readahead(following())  # (large segments: by their windows)
             if len(view) == 0:  # past the last batch (a compacted segment's gap): read on
                 offset = seg.last + 1
                 continue
@@ -122,23 +130,48 @@ class Reader:
             offset = last + 1  # (a compacted segment may end in a gap: read on to see)
         return out
 
+    def _following(self, lg: PartitionLog, idx: int) -> Callable[[], Iterator[Piece]]:
+        """The pieces after segment ``idx`` in reading order, for readahead (lazily: the
+        loader stops at its byte budget): whole segments, then the windows of a large
+        one whose layout is known (an unknown one ends them)."""
+
+        def pieces() -> Iterator[Piece]:
+            for seg in lg.segments[idx + 1 :]:
+                key = self.object_key(lg, seg)
+                if seg.size <= WHOLE_READ_LIMIT:
+                    yield Piece.whole(key, seg)
+                elif self.windows.layout(key, seg) is None:  # its index, in the background
+                    self.windows.prepare(key, seg, partial(self._index, key, seg))
+                    return
+                else:
+                    yield from self.windows.pieces(key, seg, 0)
+
+        return pieces
+
     async def _read_one(
         self,
-        lg: PartitionLog,
         seg: SegmentMeta,
         key: str,
         cached: CachedSegment | None,
         offset: int,
         budget: int,
+        following: Callable[[], Iterator[Piece]],
     ) -> memoryview:
         if cached is not None:
             return slice_batches(cached.data, cached.index, offset, budget)
         if seg.size <= WHOLE_READ_LIMIT:
-            data = await self.segment_data(lg, seg, shared=True)
+            data = await self.loader.load(key, seg, shared=True)
             return slice_batches(data, None, offset, budget)
-        store = self.logs.store
-        index, trailer = await load_index(store, key, seg.size, seg.etag)
-        return await read_from(store, key, index, offset, budget, seg.size, seg.etag, trailer)
+        # larger segments: by windows (broker/segment_windows.py)
+        layout = self.windows.layout(key, seg)
+        if layout is None:
+            layout = self.windows.remember(key, seg, *await self._index(key, seg))
+        return await self.windows.read(key, seg, layout, offset, budget, following)
+
+    async def _index(self, key: str, seg: SegmentMeta) -> tuple[list[IndexEntry], int]:
+        """The sparse index of the segment object ``key`` and its trailer's length (a
+        version 2 segment carries it; a version 1 segment's is the ``.index`` object)."""
+        return await load_index(self.logs.store, key, seg.size, seg.etag)
 
     async def check_manifest(self, lg: PartitionLog) -> bool:
         """Compare ``lg``'s manifest with the store's, read under the owner's guard.

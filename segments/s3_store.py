@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -23,6 +24,7 @@ import aioboto3
 from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from segments.s3_direct import DirectGetter
 from segments.store import (
     Buffer,
     ObjectExistsError,
@@ -38,6 +40,7 @@ _NOT_FOUND = {"NoSuchKey", "404", "NotFound", "NoSuchBucket"}
 _PRECONDITION = {"PreconditionFailed", "412"}
 _CONFLICT = {"ConditionalRequestConflict", "409"}
 _BAD_RANGE = {"InvalidRange", "416"}
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 def _code(exc: ClientError) -> str:
@@ -64,6 +67,7 @@ class S3Store:
         max_connections: int = 64,
         ca_bundle: str | None = None,
         parallel_gets: bool = False,
+        direct_gets: bool = True,
     ) -> None:
         if not bucket:
             raise ValueError("S3Store needs a bucket")
@@ -75,6 +79,12 @@ class S3Store:
         # of MB/s per connection). Off by default: on SeaweedFS over loopback one stream
         # was faster (573 vs 364 MB/s for 13 MB objects; docs/benchmarks.md).
         self.parallel_ranged_gets = parallel_gets
+        # ``direct_gets`` (default on; ``direct_gets=false`` in the URL: off): the read
+        # path's segment GETs bypass the SDK's body handling (segments/s3_direct.py). Not
+        # through a proxy (the SDK's proxy settings are not applied there).
+        self._direct: DirectGetter | None = None
+        if direct_gets and not any(os.environ.get(v) for v in _PROXY_VARS):
+            self._direct = DirectGetter(ca_bundle)
         self.region = region
         self._access_key = access_key
         self._secret_key = secret_key
@@ -114,6 +124,7 @@ class S3Store:
             path_style=_truthy(q.get("path_style", "true")),
             ca_bundle=q.get("ca_bundle"),
             parallel_gets=_truthy(q.get("parallel_gets", "false")),
+            direct_gets=_truthy(q.get("direct_gets", "true")),
         )
 
     def __repr__(self) -> str:
@@ -143,6 +154,11 @@ class S3Store:
 
     def _key(self, key: str) -> str:
         return self.prefix + key
+
+    async def warm(self) -> None:
+        """Create the client now (botocore loads its JSON service models: ~0.3 s of CPU)
+        rather than in the first read after a start (docs/benchmarks.md, cold reads)."""
+        await self._get_client()
 
     # ------------------------------------------------------------------ ObjectStore
 
@@ -193,6 +209,77 @@ class S3Store:
             raise StoreError(f"get {key}: {code}") from exc
         except BotoCoreError as exc:
             raise StoreError(f"get {key}: {exc}") from exc
+
+    async def get_buffer(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> Buffer:
+        """``get`` for the read path: the bytes as a read-only buffer, by a direct GET
+        (segments/s3_direct.py) when it can, else by ``get``."""
+        lo = max(0, start or 0)
+        ranged = start is not None or end is not None
+        if end is not None and end <= lo:
+            return b""
+        if self._direct is None:
+            return await self.get(key, start, end, if_match)
+        url = await self._presign(key)
+        headers = {}
+        if ranged:
+            headers["Range"] = f"bytes={lo}-" if end is None else f"bytes={lo}-{end - 1}"
+        if if_match is not None:
+            headers["If-Match"] = f'"{if_match.strip(chr(34))}"'
+        expect = end - lo if ranged and end is not None else None
+        reply = await self._direct.get(url, headers, expect)
+        if reply is None or (ranged and end is None and reply.status == 200 and lo):
+            return await self.get(key, start, end, if_match)  # the SDK's retries and errors
+        if reply.status == 404:
+            raise ObjectNotFoundError(key)
+        if reply.status == 412:
+            raise PreconditionFailedError(key)
+        if reply.status == 416 or reply.body is None:
+            return b""
+        return reply.body
+
+    async def get_parts(
+        self, key: str, lo: int, hi: int, part: int, if_match: str | None = None
+    ) -> Buffer | None:
+        """Bytes ``[lo, hi)`` of ``key`` as concurrent direct ranged GETs of ``part`` bytes,
+        each read straight into its place in one buffer (no join). None when the direct
+        path cannot serve them (the caller reads them another way)."""
+        if self._direct is None or hi <= lo:
+            return None
+        url = await self._presign(key)
+        view = memoryview(bytearray(hi - lo))
+        spans = [(a, min(a + part, hi)) for a in range(lo, hi, part)]
+        match = {} if if_match is None else {"If-Match": f'"{if_match.strip(chr(34))}"'}
+        replies = await asyncio.gather(
+            *(
+                self._direct.get(url, {"Range": f"bytes={a}-{b - 1}", **match}, b - a,
+                                 view[a - lo : b - lo])
+                for a, b in spans
+            )
+        )  # fmt: skip
+        for r in replies:
+            if r is not None and r.status == 404:
+                raise ObjectNotFoundError(key)
+            if r is not None and r.status == 412:
+                raise PreconditionFailedError(key)
+            if r is None or r.status != 206:
+                return None
+        return view.toreadonly()
+
+    async def _presign(self, key: str) -> str:
+        client = await self._get_client()
+        try:
+            url: str = await client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=900
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"get {key}: {exc}") from exc
+        return url
 
     async def head(self, key: str) -> ObjectInfo | None:
         client = await self._get_client()
@@ -255,6 +342,9 @@ class S3Store:
         return out
 
     async def close(self) -> None:
+        direct, self._direct = self._direct, None
+        if direct is not None:
+            direct.close()
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()

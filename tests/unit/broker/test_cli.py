@@ -128,6 +128,8 @@ def test_broker_defaults() -> None:
     assert config.flush_interval_ms == 2 and config.auto_create_topics is True
     default = BrokerConfig()
     assert config.cache_bytes == default.cache_bytes
+    assert config.readahead_bytes == default.readahead_bytes == 24 * 1024 * 1024
+    assert config_from_args(["--readahead-bytes", "0"])[0].readahead_bytes == 0
     assert config.merge_min_segments == default.merge_min_segments == 4
 
 

@@ -10,10 +10,20 @@ from pathlib import Path
 import pytest
 
 from broker.meta.schema import SegmentMeta
-from broker.segment_loader import PART, READAHEAD, SegmentLoader
+from broker.segment_loader import (
+    PART,
+    READAHEAD_BYTES,
+    Piece,
+    SegmentLoader,
+    ranges,
+    sparse_index,
+)
 from segments.cache import SegmentCache
-from segments.local_store import LocalStore
-from segments.store import ObjectNotFoundError, PreconditionFailedError
+from segments.format import HEADER_SIZE, IndexEntry, iter_segment_batches
+from segments.local_store import MAP_MIN, LocalStore
+from segments.reader import slice_batches
+from segments.store import Buffer, ObjectNotFoundError, PreconditionFailedError
+from tests.unit.segments.conftest import make_segment
 
 
 class CountingStore(LocalStore):
@@ -30,6 +40,16 @@ class CountingStore(LocalStore):
     ) -> bytes:  # fmt: skip
         self.gets.append((key, start, end))
         return await super().get(key, start, end, if_match)
+
+    async def get_buffer(
+        self, key: str, start: int | None = None, end: int | None = None,
+        if_match: str | None = None,
+    ) -> Buffer:  # fmt: skip
+        """The read path's GET (a mapping of the file when large), counted likewise."""
+        if start is not None and end is not None and end - start < MAP_MIN:
+            return await self.get(key, start, end, if_match)  # LocalStore's does the same
+        self.gets.append((key, start, end))
+        return await super().get_buffer(key, start, end, if_match)
 
 
 async def _segment(store: LocalStore, key: str, size: int) -> tuple[bytes, SegmentMeta]:
@@ -80,19 +100,99 @@ async def test_if_match_and_missing_objects_reach_the_reader(tmp_path: Path) -> 
     assert cache.get("t/0/a") is None and cache.get("t/0/gone") is None
 
 
-async def test_readahead_fills_the_cache_and_drops_failures(tmp_path: Path) -> None:
-    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
-    segs = [await _segment(store, f"t/0/s{i}", 50_000) for i in range(READAHEAD + 1)]
-    missing = SegmentMeta(0, 0, 10, 1, -1, "", "t/0/missing")
-    loader = _loader(store, cache)
-    keyed = [("t/0/missing", missing)] + [(s.key, s) for _d, s in segs]
-    loader.readahead(keyed, whole_limit=1 << 30)
+async def _settle(loader: SegmentLoader) -> None:
     while loader._loading:  # noqa: SLF001 - wait for the background loads to finish
         await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
-    assert cache.get("t/0/missing") is None
-    first = cache.get(segs[0][1].key, segs[0][1].etag)
-    assert first is not None and first.data == segs[0][0]  # within READAHEAD: loaded
-    assert cache.get(segs[-1][1].key) is None  # beyond READAHEAD: not
-    # a segment too large to read whole is never read ahead
-    loader.readahead([(segs[-1][1].key, segs[-1][1])], whole_limit=10)
-    assert not loader._loading  # noqa: SLF001
+
+
+async def test_readahead_fills_the_cache_and_drops_failures(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    segs = [await _segment(store, f"t/0/s{i}", 50_000) for i in range(4)]
+    missing = SegmentMeta(0, 0, 10, 1, -1, "", "t/0/missing")
+    loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=100_010)
+    pieces = [Piece.whole("t/0/missing", missing)] + [Piece.whole(s.key, s) for _d, s in segs]
+    assert loader.readahead(pieces) == 3  # 10 + 50,000 + 50,000 bytes fit the budget
+    await _settle(loader)
+    assert cache.get("t/0/missing") is None  # failed: dropped
+    for data, seg in segs[:2]:
+        cached = cache.get(seg.key, seg.etag)
+        assert cached is not None and cached.data == data
+    assert cache.get(segs[2][1].key) is None and cache.get(segs[3][1].key) is None
+    # what is cached already counts as ahead: the budget moves on by the cached bytes
+    store.gets.clear()
+    assert loader.readahead([Piece.whole(s.key, s) for _d, s in segs[1:]]) == 1
+    await _settle(loader)
+    assert store.gets == [(segs[2][1].key, None, None)]
+
+
+async def test_readahead_takes_one_piece_larger_than_its_budget(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    segs = [await _segment(store, f"t/0/s{i}", 50_000) for i in range(2)]
+    loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=1000)
+    assert loader.readahead([Piece.whole(s.key, s) for _d, s in segs]) == 1
+    await _settle(loader)
+    assert store.gets == [(segs[0][1].key, None, None)]
+
+
+def test_readahead_budget_is_a_share_of_the_cache() -> None:
+    small = SegmentCache(30 * 1024 * 1024)
+    loader = SegmentLoader(lambda: None, lambda: small)  # type: ignore[arg-type,return-value]
+    assert loader.budget() == 10 * 1024 * 1024  # a third of the cache, below the default
+    big = SegmentCache(1 << 30)
+    loader = SegmentLoader(lambda: None, lambda: big)  # type: ignore[arg-type,return-value]
+    assert loader.budget() == READAHEAD_BYTES
+
+
+def test_first_read_is_true_once_per_piece() -> None:
+    loader = SegmentLoader(lambda: None, lambda: SegmentCache(0))  # type: ignore[arg-type,return-value]
+    assert loader.first_read("a") and loader.first_read("b")
+    assert not loader.first_read("a") and not loader.first_read("b")
+
+
+def test_ranges_cover_the_span_in_parts() -> None:
+    assert ranges(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert ranges(100, 108, 4) == [(100, 104), (104, 108)]
+    assert ranges(5, 5, 4) == []
+
+
+async def test_a_piece_is_a_ranged_get_cached_under_its_own_key(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=True), SegmentCache(1 << 30)
+    size = 3 * PART
+    data, seg = await _segment(store, "t/0/big", size)
+    piece = Piece("t/0/big#7", "t/0/big", seg, 7, 7 + PART + 10)
+    assert await _loader(store, cache).load_piece(piece) == data[7 : 7 + PART + 10]
+    assert sorted(store.gets) == [("t/0/big", 7, 7 + PART), ("t/0/big", 7 + PART, 7 + PART + 10)]
+    cached = cache.get("t/0/big#7", seg.etag)
+    assert cached is not None and cached.data == data[7 : 7 + PART + 10]
+    assert cache.get("t/0/big") is None
+
+
+async def test_no_readahead_with_a_budget_of_zero(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    _data, seg = await _segment(store, "t/0/s0", 1000)
+    loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=0)
+    assert loader.readahead([Piece.whole(seg.key, seg)]) == 0
+    assert not loader._loading and store.gets == []  # noqa: SLF001
+
+
+def test_sparse_index_of_a_loaded_segment() -> None:
+    built, data = make_segment(100, [5] * 40, index_interval=5, value_size=200)
+    starts = {pos: hdr.base_offset for pos, hdr, _ in iter_segment_batches(data)}
+    index = sparse_index(data, every=5000)
+    assert index is not None and index[0] == IndexEntry(100, HEADER_SIZE)
+    assert all(starts[e.position] == e.offset for e in index)  # real batch starts
+    gaps = [b.position - a.position for a, b in zip(index, index[1:], strict=False)]
+    assert gaps and all(g >= 5000 for g in gaps) and len(index) < len(starts)
+    for offset in range(100, 300):  # the same batches as a walk from the start
+        assert slice_batches(data, index, offset, 3000) == slice_batches(data, None, offset, 3000)
+    assert sparse_index(os.urandom(5000)) is None  # bad framing: no index
+
+
+async def test_a_loaded_segment_is_cached_with_its_index(tmp_path: Path) -> None:
+    store, cache = CountingStore(str(tmp_path), ranged=False), SegmentCache(1 << 30)
+    built, data = make_segment(100, [5] * 40, index_interval=5, value_size=200)
+    etag = await store.put_if_absent("t/0/seg", built.buffers)
+    seg = SegmentMeta(100, 299, len(data), 200, -1, etag, "t/0/seg")
+    assert await _loader(store, cache).load("t/0/seg", seg) == data
+    cached = cache.get("t/0/seg", etag)
+    assert cached is not None and cached.index == sparse_index(data)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from segments.s3_store import S3Store
+from segments.store import StoreError
+from tests.fixtures.s3 import free_ports
 
 BASE = "s3://b/p?region=us-east-1&access_key=k&secret_key=s"
 
@@ -19,3 +23,25 @@ def test_payload_signing_only_without_tls() -> None:
     assert http._config.s3["payload_signing_enabled"] is True  # noqa: SLF001
     assert https._config.s3["payload_signing_enabled"] is False  # noqa: SLF001
     assert aws._config.s3["payload_signing_enabled"] is False  # noqa: SLF001
+
+
+def test_direct_gets_by_default_unless_off_or_behind_a_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert S3Store.from_url(BASE)._direct is not None  # noqa: SLF001
+    assert S3Store.from_url(BASE + "&direct_gets=false")._direct is None  # noqa: SLF001
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    assert S3Store.from_url(BASE)._direct is None  # noqa: SLF001
+
+
+async def test_direct_get_of_an_unreachable_endpoint_is_a_store_error() -> None:
+    (port,) = free_ports(1)  # nothing listens here: the direct GET fails, the SDK's too
+    s = S3Store.from_url(BASE + f"&endpoint=http://127.0.0.1:{port}")
+    assert s._direct is not None  # noqa: SLF001
+    try:
+        with pytest.raises(StoreError):
+            await s.get_buffer("k", 0, 10)
+    finally:
+        await s.close()
