@@ -183,6 +183,7 @@ def _ingest(spark: object, base: dict[str, object], namespace: str) -> float:
     cfg = IngestConfig(topics=("bench",), namespace=namespace, **base)  # type: ignore[arg-type]
     summary = run_ingest(cfg, spark, say=print)  # type: ignore[arg-type]
     secs = time.perf_counter() - start
+    print("phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in summary.phases.items()))
     return secs if summary.rows else float("nan")
 
 

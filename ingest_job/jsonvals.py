@@ -83,11 +83,17 @@ class JsonColumns:
     """The parse of one batch of values."""
 
     rows: list[int] = field(default_factory=list)  # indices of rows that parsed
+    # name -> (kind, values); the values are empty when ``arrow`` holds the columns
+    # (parse_json_array's fast path builds no Python values)
     columns: dict[str, tuple[str, list[object]]] = field(default_factory=dict)
     dead: list[tuple[int, str]] = field(default_factory=list)  # (row index, reason)
     conflicts: list[str] = field(default_factory=list)
     # set by the vectorized path (ingest_job/jsonfast.py): the columns as Arrow arrays
     arrow: dict[str, pa.Array] | None = None
+
+    def kinds(self) -> dict[str, str]:
+        """Column name -> kind (long, double, boolean, string)."""
+        return {name: kind for name, (kind, _v) in self.columns.items()}
 
     def arrays(self) -> list[tuple[str, pa.Array]]:
         if self.arrow is not None:
@@ -133,6 +139,29 @@ def _fast_loads() -> Callable[[bytes], object]:
 
 _loads = _fast_loads()
 _EXACT = {"long": int, "double": float, "boolean": bool, "string": str}
+
+
+def parse_json_array(
+    values: pa.Array | pa.ChunkedArray,
+    offsets: pa.Array | pa.ChunkedArray,
+    known: Mapping[str, str],
+) -> JsonColumns:
+    """:func:`parse_json_values` over Arrow columns: the values go to pyarrow's JSON
+    reader joined in C (``ingest_job/columnar.py``), without a Python object per value,
+    when the fast path applies (``ingest_job/jsonfast.py``); else the exact path runs."""
+    from ingest_job.columnar import json_lines
+    from ingest_job.jsonfast import parse_lines
+
+    buf = json_lines(values) if len(values) else None
+    fast = parse_lines(buf, len(values), known, column_name) if buf is not None else None
+    if fast is None:
+        return parse_json_values(values.to_pylist(), offsets.to_pylist(), known)
+    kinds, arrow = fast
+    return JsonColumns(
+        rows=list(range(len(values))),
+        columns={n: (kind, []) for n, kind in kinds.items()},
+        arrow=arrow,
+    )
 
 
 def parse_json_values(

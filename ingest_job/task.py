@@ -28,7 +28,7 @@ from ingest_job.decode import (
     RecordDecodeError,
     decode_batches_into,
 )
-from ingest_job.jsonvals import ARROW_TYPES, JsonColumns, column_name, parse_json_values
+from ingest_job.jsonvals import ARROW_TYPES, JsonColumns, column_name, parse_json_array
 from ingest_job.model import (
     CorruptInputError,
     SegmentRef,
@@ -237,10 +237,8 @@ def _json_tables(
 ) -> tuple[pa.Table, pa.Table, JsonColumns]:
     dest = spec.destination(table)
     known = dict(dest.known_fields) if dest else {}
-    values = raw.column("value").to_pylist()
-    offsets = raw.column("offset").to_pylist()
-    js = parse_json_values(values, offsets, known)
-    good = raw.take(pa.array(js.rows, pa.int64()))
+    js = parse_json_array(raw.column("value"), raw.column("offset"), known)
+    good = raw if len(js.rows) == raw.num_rows else raw.take(pa.array(js.rows, pa.int64()))
     for name, arr in js.arrays():
         good = good.append_column(name, arr)
     return good, _dead_letter_rows(raw, js), js
@@ -370,7 +368,7 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
         s_main = dest_start(spec, base, tp)
         s_dead = dl_dest.start_of(tp) if dl_dest else 0
         good, dead, js = _json_rows(spec, _since(raw, min(s_main, s_dead)), base)
-        fields = tuple(sorted((n, k) for n, (k, _v) in js.columns.items()))
+        fields = tuple(sorted(js.kinds().items()))
         writer.write(base, _since(good, s_main), fields)
         conflicts.extend(f"{unit.topic}/{unit.partition}: {c}" for c in js.conflicts)
         dead = _since(dead, s_dead)
