@@ -6,3 +6,6 @@ def join_lines(validity: Any, offsets: Any, data: Any, n: int, first: int, /) ->
 def avro_flat(
     validity: Any, offsets: Any, data: Any, n: int, first: int, header: bytes, codes: bytes, /
 ) -> list[tuple[Any, ...]] | None: ...
+def json_flat(
+    validity: Any, offsets: Any, data: Any, n: int, first: int, /
+) -> list[tuple[Any, ...]] | None: ...

@@ -1,16 +1,18 @@
 """Column-at-a-time steps of the ingest task, native when ``ingest_job._columnar`` is built.
 
-- :func:`json_lines`: a unit's JSON values joined into one newline-delimited buffer for
-  pyarrow's JSON reader (``ingest_job/jsonfast.py``), straight from the Arrow value
-  column.
+- :func:`json_flat_columns`: a unit's JSON values, when every one is an object of flat
+  fields (numbers, strings, booleans, null), parsed straight from the Arrow value column
+  into one Arrow array per field (``ingest_job/jsonvals.py`` decides when it applies).
+- :func:`json_lines`: the values joined into one newline-delimited buffer for pyarrow's
+  JSON reader (``ingest_job/jsonfast.py``), the next fast path.
 - :func:`avro_flat_columns`: Confluent-wire Avro values of one *flat* record schema
   (fields of primitive types or ``["null", T]``) decoded into Arrow arrays in one pass,
   without a Python object per value (``ingest_job/typed_fast.py`` decides when).
 
 Both step aside (return None) rather than differ from the value-by-value paths. The C
 extension (``setup.py``) is optional: without it, or with ``KAFSCALE_PURE_PYTHON=1``,
-:func:`json_lines` joins in Python and :func:`avro_flat_columns` returns None, so the
-per-record decoders run. docs/ingest.md, "Performance".
+:func:`json_lines` joins in Python and the others return None, so pyarrow's JSON reader
+or the per-record decoders run. docs/ingest.md, "Performance".
 """
 
 from __future__ import annotations
@@ -104,3 +106,38 @@ def avro_flat_columns(
     if len(per_chunk) == 1:
         return per_chunk[0]
     return [pa.concat_arrays([c[i] for c in per_chunk]) for i in range(len(fields))]
+
+
+_JSON_TYPES = {
+    "long": pa.int64(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "string": pa.large_string(),
+}
+
+
+def json_flat_columns(
+    values: pa.Array | pa.ChunkedArray,
+) -> list[tuple[str, str, pa.Array]] | None:
+    """(field, kind, array) per field holding a value, in order of first appearance; None
+    when a value is not a flat JSON object (nested, malformed, an escaped key, a
+    duplicate key, an integer past 64 bits, ...) or a field mixes kinds other than long
+    and double (longs then widen to doubles)."""
+    if native is None:
+        return None
+    chunks = _chunks(values)
+    if not chunks:
+        return None
+    try:
+        chunk = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        return None
+    out = native.json_flat(*_binary_args(chunk))
+    if out is None:
+        return None
+    n = len(chunk)
+    return [
+        (name.decode("utf-8"), kind, _array(_JSON_TYPES[kind], n, rest))
+        for name, kind, *parts in out
+        for rest in [tuple(parts)]
+    ]

@@ -73,9 +73,19 @@ def parse_lines(
                 return None  # the exact path decides (conflicts, dead letters)
             col = col.cast(pa.float64())
             kind = "double"
+        if kind == "string" and not _utf8(col):
+            return None  # the reader passes invalid UTF-8 through: the exact path rejects it
         kinds[name] = kind
         arrays[name] = col.combine_chunks()
     return kinds, arrays
+
+
+def _utf8(col: pa.ChunkedArray) -> bool:
+    try:
+        col.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _read(buf: bytes, explicit: dict[str, pa.DataType]) -> pa.Table | None:

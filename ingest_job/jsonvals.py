@@ -141,19 +141,42 @@ _loads = _fast_loads()
 _EXACT = {"long": int, "double": float, "boolean": bool, "string": str}
 
 
+def _flat_kinds(
+    flat: list[tuple[str, str, pa.Array]], known: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, pa.Array]] | None:
+    """The natively parsed fields as the exact path's columns, or None where it would
+    differ (two fields naming one column, a value not of its known column's kind)."""
+    kinds: dict[str, str] = {}
+    arrays: dict[str, pa.Array] = {}
+    for field_name, kind, arr in flat:
+        name = column_name(field_name)
+        if name in arrays:
+            return None
+        want = known.get(name, kind)
+        if want != kind and not (want == "double" and kind == "long"):
+            return None  # conflicts and dead letters: the exact path decides
+        kinds[name] = want
+        arrays[name] = arr.cast(ARROW_TYPES[want])
+    return kinds, arrays
+
+
 def parse_json_array(
     values: pa.Array | pa.ChunkedArray,
     offsets: pa.Array | pa.ChunkedArray,
     known: Mapping[str, str],
 ) -> JsonColumns:
-    """:func:`parse_json_values` over Arrow columns: the values go to pyarrow's JSON
-    reader joined in C (``ingest_job/columnar.py``), without a Python object per value,
-    when the fast path applies (``ingest_job/jsonfast.py``); else the exact path runs."""
-    from ingest_job.columnar import json_lines
+    """:func:`parse_json_values` over Arrow columns, without a Python object per value
+    where that cannot differ: flat objects parsed natively straight into Arrow arrays
+    (``ingest_job/columnar.py``), else the values joined into lines for pyarrow's JSON
+    reader (``ingest_job/jsonfast.py``); else the exact path runs."""
+    from ingest_job.columnar import json_flat_columns, json_lines
     from ingest_job.jsonfast import parse_lines
 
-    buf = json_lines(values) if len(values) else None
-    fast = parse_lines(buf, len(values), known, column_name) if buf is not None else None
+    flat = json_flat_columns(values) if len(values) else None
+    fast = _flat_kinds(flat, known) if flat is not None else None
+    if fast is None:
+        buf = json_lines(values) if len(values) else None
+        fast = parse_lines(buf, len(values), known, column_name) if buf is not None else None
     if fast is None:
         return parse_json_values(values.to_pylist(), offsets.to_pylist(), known)
     kinds, arrow = fast

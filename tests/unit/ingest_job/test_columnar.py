@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from typing import Any
 
 import fastavro
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from broker.meta.schema import MarkerRequest, RegistrySchema
 from broker.txn_markers import control_batch
@@ -95,13 +98,17 @@ JSON_VALUES[5] = None  # a tombstone
 JSON_VALUES[9] = b'{"id": 9, "extra": "\\u00e9\\n"}'  # escapes; a field seen once
 
 
+def _nan_free(arr: pa.Array) -> list[Any]:
+    return ["NaN" if isinstance(v, float) and math.isnan(v) else v for v in arr.to_pylist()]
+
+
 def _same_json(values: pa.ChunkedArray, offsets: pa.ChunkedArray, known: dict[str, str]) -> Any:
     fast = parse_json_array(values, offsets, known)
     exact = parse_json_values(values.to_pylist(), offsets.to_pylist(), known)
     assert (fast.rows, fast.dead, fast.conflicts) == (exact.rows, exact.dead, exact.conflicts)
     assert fast.kinds() == exact.kinds()
-    got = [(n, a.type, a.to_pylist()) for n, a in fast.arrays()]
-    assert got == [(n, a.type, a.to_pylist()) for n, a in exact.arrays()]
+    got = [(n, a.type, _nan_free(a)) for n, a in fast.arrays()]
+    assert got == [(n, a.type, _nan_free(a)) for n, a in exact.arrays()]
     return fast
 
 
@@ -120,9 +127,14 @@ def test_json_array_path_equals_exact_path_on_real_batches(codec: int) -> None:
     [
         (b'{"id": "nine"}', {"id": "long"}),  # type conflict with the table: dead letter
         (b"not json", {}),
-        (b'{"id":\n9}', {}),  # spans lines
-        (b'{"id":\r9}', {}),
         (b'{"nested": {"a": [1]}}', {}),  # kept as JSON text by the exact path
+        (b'{"id": 9, "id": 10}', {}),
+        (b'{"id": true}', {}),  # a kind conflict within the run
+        (b'{"id": 99999999999999999999}', {}),  # past 64 bits
+        (b'{"id": NaN}', {}),
+        (b'{"s": "\xff"}', {}),  # not UTF-8
+        (b'{"i\\u0064": 1}', {}),  # an escaped key
+        (b'{"id": 1} x', {}),
     ],
 )
 def test_json_array_path_steps_aside_where_it_could_differ(
@@ -131,8 +143,65 @@ def test_json_array_path_steps_aside_where_it_could_differ(
     values = list(JSON_VALUES)
     values[20] = bad
     raw = _unit_values(values, Compression.LZ4)
-    fast = _same_json(raw.column("value"), raw.column("offset"), known)
-    assert fast.arrow is None
+    _same_json(raw.column("value"), raw.column("offset"), known)
+    if columnar.native is not None:
+        flat = columnar.json_flat_columns(raw.column("value"))
+        # a kind conflict with the table is decided on the parsed columns (jsonvals)
+        assert flat is None or known
+
+
+VALID = [
+    b'{"id":\n9}',  # spans lines (the line-joining path steps aside, the native one not)
+    b'\t{ "id" :\r\n 9 , "x": -0 } ',
+    b'{"s": "\\ud83d\\ude00 \\u00e9\\n\\t\\"\\\\\\/\\b\\f\\r \\u0000 \xc3\xa9"}',
+    b'{"x": 1e5, "id": -9223372036854775808, "n": null}',
+    b'{"x": 2.5E-3, "id": 9223372036854775807, "s": ""}',
+    b"{}",
+]
+
+
+@pytest.mark.parametrize("value", VALID)
+def test_json_native_parser_equals_exact_path(native_columnar: None, value: bytes) -> None:
+    values = list(JSON_VALUES)
+    values[20] = value
+    raw = _unit_values(values, Compression.NONE)
+    fast = _same_json(raw.column("value"), raw.column("offset"), {})
+    assert fast.arrow is not None
+
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.none()
+        | st.dictionaries(st.sampled_from(["a", "b", "c.d", "offset", "é"]), JSON_SCALARS),
+        min_size=1,
+        max_size=12,
+    ),
+    known=st.dictionaries(
+        st.sampled_from(["a", "b"]), st.sampled_from(["long", "double", "string"])
+    ),
+    indent=st.sampled_from([None, 1]),
+)
+def test_json_array_path_equals_exact_path_on_random_objects(
+    rows: list[dict[str, Any] | None], known: dict[str, str], indent: int | None
+) -> None:
+    values = [None if r is None else json.dumps(r, indent=indent).encode() for r in rows]
+    arr = pa.array(values, pa.binary())
+    _same_json(arr, pa.array(range(len(values)), pa.int64()), known)
+
+
+def test_json_native_parser_steps_aside_for_a_lone_surrogate(native_columnar: None) -> None:
+    for value in (b'{"s": "\\ud800"}', b'{"s": "\\udc00 x"}', b'{"s": "\\ud800\\u0041"}'):
+        assert columnar.json_flat_columns(pa.array([b'{"s": "a"}', value])) is None
 
 
 def test_json_lines_joins_slices_chunks_and_nulls() -> None:
