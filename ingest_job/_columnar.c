@@ -16,7 +16,18 @@
  * strings and bytes; None when any value is null, has another header, is malformed,
  * does not end where its record ends, holds invalid UTF-8 in a string, an int out of
  * the 32-bit range or a boolean byte other than 0/1: the caller then decodes value by
- * value. Every read is bounds-checked. Only the CPython C API is used.
+ * value.
+ *
+ * json_flat(validity, offsets, data, n, first) parses n JSON values, each an object of
+ * flat fields (numbers, strings, true/false, null; a null value is a row of nulls), into
+ * one Arrow column per field: long (integers within 64 bits), double (numbers with a
+ * fraction or exponent, strtod-rounded as Python's float(); longs widen to it when a
+ * field has both), boolean or string (escapes decoded, UTF-8 checked). Returns None where
+ * the value-by-value path could differ: nested values, malformed JSON, escaped or
+ * duplicate keys, lone surrogates, integers past 64 bits, non-finite numbers, a field
+ * with strings or booleans and another kind, more than 64 fields.
+ *
+ * Every read is bounds-checked. Only the CPython C API is used.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -489,8 +500,10 @@ static inline Py_ssize_t skip_ws(const uint8_t *p, Py_ssize_t i, Py_ssize_t end)
     return i;
 }
 
-static JField *field_for(JTable *t, const uint8_t *name, Py_ssize_t len)
+static JField *field_for(JTable *t, const uint8_t *name, Py_ssize_t len, int hint)
 {
+    if (hint < t->nf && t->f[hint].name_len == len && memcmp(t->f[hint].name, name, (size_t)len) == 0)
+        return &t->f[hint]; /* objects usually list their fields in the same order */
     for (int k = 0; k < t->nf; k++) {
         JField *f = &t->f[k];
         if (f->name_len == len && memcmp(f->name, name, (size_t)len) == 0)
@@ -557,11 +570,24 @@ static int json_string(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, JField
     Py_ssize_t i = *pos;
     for (;;) {
         Py_ssize_t run = i;
-        while (i < end && p[i] != '"' && p[i] != '\\' && p[i] >= 0x20)
+        int ascii = 1;
+        while (end - i >= 8) { /* 8 bytes at a time while plain ASCII */
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+            uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+            uint64_t special = (w - ones * 0x20) | ((q - ones) & ~q) | ((b - ones) & ~b) | w;
+            if (special & high)
+                break; /* a quote, backslash, control or non-ASCII byte (or a false alarm) */
+            i += 8;
+        }
+        while (i < end && p[i] != '"' && p[i] != '\\' && p[i] >= 0x20) {
+            ascii &= p[i] < 0x80;
             i++;
+        }
         if (i >= end || p[i] < 0x20)
             return -1; /* unterminated, or a raw control character */
-        if (!utf8_valid(p + run, i - run))
+        if (!ascii && !utf8_valid(p + run, i - run))
             return -1;
         if (out != NULL && i > run) {
             if (str_reserve(out, i - run) < 0)
@@ -708,6 +734,7 @@ static int json_number(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int *k
 static int json_value(JTable *t, const uint8_t *p, Py_ssize_t end, Py_ssize_t row)
 {
     Py_ssize_t i = skip_ws(p, 0, end);
+    int nth = 0;
     if (i >= end || p[i] != '{')
         return -1;
     i = skip_ws(p, i + 1, end);
@@ -722,7 +749,7 @@ static int json_value(JTable *t, const uint8_t *p, Py_ssize_t end, Py_ssize_t ro
         i = kstart;
         if (json_string(p, &i, end, NULL) < 0)
             return -1;
-        JField *f = field_for(t, p + kstart, i - 1 - kstart);
+        JField *f = field_for(t, p + kstart, i - 1 - kstart, nth++);
         if (f == NULL || f->last_row == row)
             return -1; /* too many fields, no memory, or a duplicate key */
         f->last_row = row;
