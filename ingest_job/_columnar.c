@@ -109,6 +109,13 @@ static inline int is_valid(const BinaryInput *in, Py_ssize_t i)
 static int utf8_valid(const uint8_t *s, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
+    while (n - i >= 8) { /* ASCII 8 bytes at a time */
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ULL)
+            break;
+        i += 8;
+    }
     while (i < n) {
         uint8_t c = s[i];
         if (c < 0x80) {
@@ -293,8 +300,8 @@ static int avro_field(Field *f, const uint8_t *p, Py_ssize_t end, Py_ssize_t *po
             return -1;
         if (fill && len > f->cap - f->bytes)
             return -1; /* the input changed since pass 1 */
-        if (f->kind == 's' && !utf8_valid(p + *pos, (Py_ssize_t)len))
-            return -1;
+        if (f->kind == 's' && !fill && !utf8_valid(p + *pos, (Py_ssize_t)len))
+            return -1; /* checked in pass 1; the buffers are immutable */
         if (fill) {
             memcpy(f->values + f->bytes, p + *pos, (size_t)len);
             f->offsets[row + 1] = f->bytes + len;
