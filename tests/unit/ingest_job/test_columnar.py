@@ -217,7 +217,7 @@ def test_json_lines_joins_slices_chunks_and_nulls() -> None:
 
 # ---------------------------------------------------------------------------- Avro
 
-FLAT = {
+FLAT: dict[str, Any] = {
     "type": "record", "name": "Flat",
     "fields": [
         {"name": "id", "type": "long"},
