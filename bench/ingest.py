@@ -14,9 +14,10 @@ Writes ``--records`` records (JSON-ish values, keys, a header on every other rec
    unit's data).
 
 Prints records/s and MB/s of segment bytes for both and the ratio ingest/limit.
-``--repeat N`` times each side N times in the same run (the ingest each time into a new
-table, the limit each time into new files) and keeps the best of each: on a shared
-machine one sample of either side is mostly noise. ``--quick``: 200,000 records.
+``--repeat N`` times each side N times in the same run, alternating (the ingest each
+time into a new table, then the limit into new files), and prints the best of each and
+the median of the pairs' ratios: on a shared machine one sample of either side is mostly
+noise. ``--quick``: 200,000 records.
 
 ``--value-format json|avro`` ingests the same values parsed into columns (``avro``: the
 values are Avro in the Confluent wire format, their schema registered in the embedded
@@ -255,26 +256,31 @@ def main() -> int:
         prof = cProfile.Profile() if args.profile else None
         if prof is not None:
             prof.enable()
-        ingest_s = _ingest(spark, base, "kafscale")
-        for i in range(1, args.repeat):  # the same work again, each into a new table
-            ingest_s = min(ingest_s, _ingest(spark, base, f"kafscale_r{i}", warm_up=False))
-        if prof is not None:
-            prof.disable()
-            prof.dump_stats(os.path.join(args.profile, "driver.prof"))
         limit_dir = f"{work}/limit"
         os.makedirs(limit_dir)
-        limit_s = float("inf")
-        for i in range(args.repeat):
+        units = len(plan_units(asyncio.run(load_logs("embedded", data, "/kafscale", ["bench"],
+                                                     "default")), {}, None,
+                               args.unit_bytes).units)  # fmt: skip
+
+        def limit(i: int) -> tuple[float, int]:
             out = f"{limit_dir}/{i}"
             os.makedirs(out)
             if fmt == "raw":
-                secs, rows = _limit(data, "bench", out, args.unit_bytes)
-            else:
-                units = len(plan_units(asyncio.run(load_logs("embedded", data, "/kafscale",
-                                                             ["bench"], "default")), {}, None,
-                                       args.unit_bytes).units)  # fmt: skip
-                secs, rows = _limit_table(data, "kafscale", out, units)
-            limit_s = min(limit_s, secs)
+                return _limit(data, "bench", out, args.unit_bytes)
+            return _limit_table(data, "kafscale", out, units)
+
+        # ingest and limit alternate, so that each pair shares the machine's load
+        pairs: list[tuple[float, float]] = []
+        for i in range(args.repeat):
+            ns = "kafscale" if i == 0 else f"kafscale_r{i}"  # the same work, a new table
+            secs = _ingest(spark, base, ns, warm_up=i == 0)
+            if i == 0 and prof is not None:
+                prof.disable()
+                prof.dump_stats(os.path.join(args.profile, "driver.prof"))
+            lim, rows = limit(i)
+            pairs.append((secs, lim))
+        ingest_s = min(p[0] for p in pairs)
+        limit_s = min(p[1] for p in pairs)
         spark.stop()
         python_s = None
         if args.compare_python:
@@ -296,6 +302,13 @@ def main() -> int:
     print(_run_line(f"ingest (Spark local[2] -> Iceberg, {impl})", rows, mb, ingest_s))
     print(_run_line("limit  (pyarrow Parquet from memory)", rows, mb, limit_s))
     print(f"ratio ingest/limit: {limit_s / ingest_s:.1%}")
+    if len(pairs) > 1:
+        ratios = sorted(lim / secs for secs, lim in pairs)
+        print(
+            "pairs (ingest s, limit s): "
+            + ", ".join(f"({a:.2f}, {b:.2f})" for a, b in pairs)
+            + f"; median pair ratio {ratios[len(ratios) // 2]:.1%}"
+        )
     if python_s is not None:
         print(_run_line("ingest with the pure-Python decoder", rows, mb, python_s))
         print(f"ratio (pure-Python decoder) ingest/limit: {limit_s / python_s:.1%}")
