@@ -65,8 +65,13 @@ def dead_letter_table(table: str) -> str:
     return table + DEAD_LETTER_SUFFIX
 
 
+#: segment objects a task reads at once (the store's reads overlap their hand-offs)
+FETCH_CONCURRENCY = 4
+
+
 async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes]) -> None:
-    """Fill ``out`` with the segments' bytes.
+    """Fill ``out`` with the segments' bytes, in order (up to FETCH_CONCURRENCY reads at
+    once).
 
     The bytes are not the coroutine's result on purpose: in a Spark worker (main thread)
     ``asyncio.run`` looks up the SIGINT handler it installed, a partial holding the done
@@ -74,24 +79,41 @@ async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes])
     included: a full ``repr`` of every segment, which cost half of the task's time.
     """
     store = open_store(store_url)
+    slots: list[bytes] = [b""] * len(segs)
+    gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+    async def one(i: int, seg: SegmentRef) -> None:
+        async with gate:
+            slots[i] = await _get_segment(store, seg)
+
     try:
-        for seg in segs:
-            try:
-                out.append(await store.get(seg.key, if_match=seg.etag or None))
-            except ObjectNotFoundError as exc:
-                raise CorruptInputError(
-                    f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
-                    f"{seg.base}..{seg.last}) named by the manifest is missing"
-                ) from exc
-            except PreconditionFailedError as exc:
-                raise CorruptInputError(
-                    f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
-                    f"{seg.base}..{seg.last}) does not match its manifest ETag {seg.etag}"
-                ) from exc
-            except StoreError as exc:
-                raise CorruptInputError(f"cannot read segment object {seg.key}: {exc}") from exc
+        done = await asyncio.gather(
+            *(one(i, seg) for i, seg in enumerate(segs)), return_exceptions=True
+        )
     finally:
         await store.close()
+    for res in done:  # every read has ended: the first failure, in segment order
+        if isinstance(res, BaseException):
+            raise res
+    out.extend(slots)
+
+
+async def _get_segment(store: Any, seg: SegmentRef) -> bytes:
+    try:
+        data: bytes = await store.get(seg.key, if_match=seg.etag or None)
+    except ObjectNotFoundError as exc:
+        raise CorruptInputError(
+            f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
+            f"{seg.base}..{seg.last}) named by the manifest is missing"
+        ) from exc
+    except PreconditionFailedError as exc:
+        raise CorruptInputError(
+            f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
+            f"{seg.base}..{seg.last}) does not match its manifest ETag {seg.etag}"
+        ) from exc
+    except StoreError as exc:
+        raise CorruptInputError(f"cannot read segment object {seg.key}: {exc}") from exc
+    return data
 
 
 def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
