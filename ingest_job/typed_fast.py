@@ -83,8 +83,7 @@ def avro_fast(
     """
     if native is None or len(values) == 0 or values.null_count:
         return None
-    first = values.chunks[0] if isinstance(values, pa.ChunkedArray) else values
-    head = first[0].as_py()
+    head = values[0].as_py()  # (a ChunkedArray finds its first non-empty chunk)
     if not isinstance(head, bytes) or len(head) < 5 or head[0] != 0:
         return None
     entry = entries.get(int.from_bytes(head[1:5], "big"))

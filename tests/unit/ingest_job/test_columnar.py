@@ -366,6 +366,17 @@ def test_avro_schemas_that_are_not_flat_take_the_exact_path(field: dict[str, Any
     assert typed_fast.flat_plan(json.dumps(FLAT)) is not None
 
 
+def test_avro_values_in_chunks_with_an_empty_first_one(native_columnar: None) -> None:
+    values = [_avro(3, FLAT, _flat_record(i)) for i in range(5)]
+    chunked = pa.chunked_array(
+        [pa.array([], pa.binary()), pa.array(values[:2], pa.binary()), pa.array(values[2:])]
+    )
+    got = typed_fast.avro_fast({3: _entry(3, FLAT)}, COLUMNS, chunked)
+    assert got is not None
+    want = typed_fast.avro_fast({3: _entry(3, FLAT)}, COLUMNS, pa.array(values, pa.binary()))
+    assert want is not None and got.to_pylist() == want.to_pylist()
+
+
 def test_avro_column_of_an_incompatible_type_takes_the_exact_path(native_columnar: None) -> None:
     values = pa.array([_avro(3, FLAT, _flat_record(i)) for i in range(3)], pa.binary())
     cols = COLUMNS.set(0, pa.field("id", pa.int32()))  # long values, int column
