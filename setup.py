@@ -1,4 +1,4 @@
-"""Build the optional native record decoder; project metadata lives in pyproject.toml."""
+"""Build the optional native decoders (records, ingest columns); metadata is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -15,6 +15,18 @@ setup(
                 "-Wno-missing-field-initializers",
             ],
             optional=True,
-        )
+        ),
+        Extension(
+            "ingest_job._columnar",
+            ["ingest_job/_columnar.c"],
+            extra_compile_args=[
+                "-O2",
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Wno-missing-field-initializers",
+            ],
+            optional=True,
+        ),
     ]
 )

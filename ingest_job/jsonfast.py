@@ -12,7 +12,6 @@ and the caller runs the exact path.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
@@ -32,6 +31,16 @@ def parse_fast(
     buf = b"\n".join(b"{}" if v is None else v for v in values)
     if buf.count(b"\n") != len(values) - 1 or b"\r" in buf:
         return None  # a value spanning lines
+    return parse_lines(buf, len(values), known, column_name)
+
+
+def parse_lines(
+    buf: bytes, count: int, known: Mapping[str, str], column_name: object
+) -> tuple[dict[str, str], dict[str, pa.Array]] | None:
+    """:func:`parse_fast` over ``count`` values already joined one per line (nulls as
+    ``{}``; ``ingest_job.columnar.json_lines``)."""
+    if not count:
+        return None
     table = _read(buf, {})
     if table is None:
         return None
@@ -44,7 +53,7 @@ def parse_fast(
         table = _read(buf, strings)
         if table is None:
             return None
-    if table.num_rows != len(values):
+    if table.num_rows != count:
         return None
     kinds: dict[str, str] = {}
     arrays: dict[str, pa.Array] = {}
@@ -64,9 +73,19 @@ def parse_fast(
                 return None  # the exact path decides (conflicts, dead letters)
             col = col.cast(pa.float64())
             kind = "double"
+        if kind == "string" and not _utf8(col):
+            return None  # the reader passes invalid UTF-8 through: the exact path rejects it
         kinds[name] = kind
         arrays[name] = col.combine_chunks()
     return kinds, arrays
+
+
+def _utf8(col: pa.ChunkedArray) -> bool:
+    try:
+        col.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _read(buf: bytes, explicit: dict[str, pa.DataType]) -> pa.Table | None:
@@ -77,7 +96,7 @@ def _read(buf: bytes, explicit: dict[str, pa.DataType]) -> pa.Table | None:
     )
     try:
         return pj.read_json(
-            io.BytesIO(buf),
+            pa.BufferReader(buf),
             read_options=pj.ReadOptions(
                 block_size=_BLOCK, use_threads=False
             ),  # Spark has the cores

@@ -83,11 +83,17 @@ class JsonColumns:
     """The parse of one batch of values."""
 
     rows: list[int] = field(default_factory=list)  # indices of rows that parsed
+    # name -> (kind, values); the values are empty when ``arrow`` holds the columns
+    # (parse_json_array's fast path builds no Python values)
     columns: dict[str, tuple[str, list[object]]] = field(default_factory=dict)
     dead: list[tuple[int, str]] = field(default_factory=list)  # (row index, reason)
     conflicts: list[str] = field(default_factory=list)
     # set by the vectorized path (ingest_job/jsonfast.py): the columns as Arrow arrays
     arrow: dict[str, pa.Array] | None = None
+
+    def kinds(self) -> dict[str, str]:
+        """Column name -> kind (long, double, boolean, string)."""
+        return {name: kind for name, (kind, _v) in self.columns.items()}
 
     def arrays(self) -> list[tuple[str, pa.Array]]:
         if self.arrow is not None:
@@ -133,6 +139,52 @@ def _fast_loads() -> Callable[[bytes], object]:
 
 _loads = _fast_loads()
 _EXACT = {"long": int, "double": float, "boolean": bool, "string": str}
+
+
+def _flat_kinds(
+    flat: list[tuple[str, str, pa.Array]], known: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, pa.Array]] | None:
+    """The natively parsed fields as the exact path's columns, or None where it would
+    differ (two fields naming one column, a value not of its known column's kind)."""
+    kinds: dict[str, str] = {}
+    arrays: dict[str, pa.Array] = {}
+    for field_name, kind, arr in flat:
+        name = column_name(field_name)
+        if name in arrays:
+            return None
+        want = known.get(name, kind)
+        if want != kind and not (want == "double" and kind == "long"):
+            return None  # conflicts and dead letters: the exact path decides
+        kinds[name] = want
+        arrays[name] = arr.cast(ARROW_TYPES[want])
+    return kinds, arrays
+
+
+def parse_json_array(
+    values: pa.Array | pa.ChunkedArray,
+    offsets: pa.Array | pa.ChunkedArray,
+    known: Mapping[str, str],
+) -> JsonColumns:
+    """:func:`parse_json_values` over Arrow columns, without a Python object per value
+    where that cannot differ: flat objects parsed natively straight into Arrow arrays
+    (``ingest_job/columnar.py``), else the values joined into lines for pyarrow's JSON
+    reader (``ingest_job/jsonfast.py``); else the exact path runs."""
+    from ingest_job.columnar import json_flat_columns, json_lines
+    from ingest_job.jsonfast import parse_lines
+
+    flat = json_flat_columns(values) if len(values) else None
+    fast = _flat_kinds(flat, known) if flat is not None else None
+    if fast is None:
+        buf = json_lines(values) if len(values) else None
+        fast = parse_lines(buf, len(values), known, column_name) if buf is not None else None
+    if fast is None:
+        return parse_json_values(values.to_pylist(), offsets.to_pylist(), known)
+    kinds, arrow = fast
+    return JsonColumns(
+        rows=list(range(len(values))),
+        columns={n: (kind, []) for n, kind in kinds.items()},
+        arrow=arrow,
+    )
 
 
 def parse_json_values(

@@ -28,7 +28,7 @@ from ingest_job.decode import (
     RecordDecodeError,
     decode_batches_into,
 )
-from ingest_job.jsonvals import ARROW_TYPES, JsonColumns, column_name, parse_json_values
+from ingest_job.jsonvals import ARROW_TYPES, JsonColumns, column_name, parse_json_array
 from ingest_job.model import (
     CorruptInputError,
     SegmentRef,
@@ -65,8 +65,13 @@ def dead_letter_table(table: str) -> str:
     return table + DEAD_LETTER_SUFFIX
 
 
+#: segment objects a task reads at once (the store's reads overlap their hand-offs)
+FETCH_CONCURRENCY = 4
+
+
 async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes]) -> None:
-    """Fill ``out`` with the segments' bytes.
+    """Fill ``out`` with the segments' bytes, in order (up to FETCH_CONCURRENCY reads at
+    once).
 
     The bytes are not the coroutine's result on purpose: in a Spark worker (main thread)
     ``asyncio.run`` looks up the SIGINT handler it installed, a partial holding the done
@@ -74,24 +79,41 @@ async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes])
     included: a full ``repr`` of every segment, which cost half of the task's time.
     """
     store = open_store(store_url)
+    slots: list[bytes] = [b""] * len(segs)
+    gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+    async def one(i: int, seg: SegmentRef) -> None:
+        async with gate:
+            slots[i] = await _get_segment(store, seg)
+
     try:
-        for seg in segs:
-            try:
-                out.append(await store.get(seg.key, if_match=seg.etag or None))
-            except ObjectNotFoundError as exc:
-                raise CorruptInputError(
-                    f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
-                    f"{seg.base}..{seg.last}) named by the manifest is missing"
-                ) from exc
-            except PreconditionFailedError as exc:
-                raise CorruptInputError(
-                    f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
-                    f"{seg.base}..{seg.last}) does not match its manifest ETag {seg.etag}"
-                ) from exc
-            except StoreError as exc:
-                raise CorruptInputError(f"cannot read segment object {seg.key}: {exc}") from exc
+        done = await asyncio.gather(
+            *(one(i, seg) for i, seg in enumerate(segs)), return_exceptions=True
+        )
     finally:
         await store.close()
+    for res in done:  # every read has ended: the first failure, in segment order
+        if isinstance(res, BaseException):
+            raise res
+    out.extend(slots)
+
+
+async def _get_segment(store: Any, seg: SegmentRef) -> bytes:
+    try:
+        data: bytes = await store.get(seg.key, if_match=seg.etag or None)
+    except ObjectNotFoundError as exc:
+        raise CorruptInputError(
+            f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
+            f"{seg.base}..{seg.last}) named by the manifest is missing"
+        ) from exc
+    except PreconditionFailedError as exc:
+        raise CorruptInputError(
+            f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
+            f"{seg.base}..{seg.last}) does not match its manifest ETag {seg.etag}"
+        ) from exc
+    except StoreError as exc:
+        raise CorruptInputError(f"cannot read segment object {seg.key}: {exc}") from exc
+    return data
 
 
 def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
@@ -237,10 +259,8 @@ def _json_tables(
 ) -> tuple[pa.Table, pa.Table, JsonColumns]:
     dest = spec.destination(table)
     known = dict(dest.known_fields) if dest else {}
-    values = raw.column("value").to_pylist()
-    offsets = raw.column("offset").to_pylist()
-    js = parse_json_values(values, offsets, known)
-    good = raw.take(pa.array(js.rows, pa.int64()))
+    js = parse_json_array(raw.column("value"), raw.column("offset"), known)
+    good = raw if len(js.rows) == raw.num_rows else raw.take(pa.array(js.rows, pa.int64()))
     for name, arr in js.arrays():
         good = good.append_column(name, arr)
     return good, _dead_letter_rows(raw, js), js
@@ -370,7 +390,7 @@ def _run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int) -> UnitResult:
         s_main = dest_start(spec, base, tp)
         s_dead = dl_dest.start_of(tp) if dl_dest else 0
         good, dead, js = _json_rows(spec, _since(raw, min(s_main, s_dead)), base)
-        fields = tuple(sorted((n, k) for n, (k, _v) in js.columns.items()))
+        fields = tuple(sorted(js.kinds().items()))
         writer.write(base, _since(good, s_main), fields)
         conflicts.extend(f"{unit.topic}/{unit.partition}: {c}" for c in js.conflicts)
         dead = _since(dead, s_dead)

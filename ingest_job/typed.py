@@ -351,18 +351,35 @@ def _row_by_row(
     return pa.array(keep_rows, struct), keep_idx, dead, keep_ops
 
 
+def _fast_values(spec: TypedSpec, columns: pa.Schema, raw: pa.Table) -> pa.StructArray | None:
+    """The columnar Avro path (ingest_job/typed_fast.py) where it cannot differ from
+    :func:`decode_values` (no change events, no key columns), else None."""
+    if spec.kind != "AVRO" or spec.cdc or spec.key is not None or spec.prefix:
+        return None
+    from ingest_job.typed_fast import avro_fast
+
+    return avro_fast({e.schema_id: e for e in spec.entries}, columns, raw.column("value"))
+
+
 def typed_tables(spec: TypedSpec, raw: pa.Table, table: str) -> tuple[pa.Table, pa.Table]:
     """(rows with their value columns, dead-letter rows) of one unit's records."""
     columns = spec.columns_of(table)
     if columns is None:
         raise IngestError(f"no value columns planned for table {table}")
-    offsets = raw.column("offset").to_pylist()
-    good, arr, dead, ops = decode_values(spec, columns, raw.column("value").to_pylist(), offsets)
+    fast = _fast_values(spec, columns, raw)
+    dead: list[tuple[int, str]] = []
+    if fast is not None:
+        good, arr, ops = list(range(raw.num_rows)), fast, ["u"] * raw.num_rows
+    else:
+        offsets = raw.column("offset").to_pylist()
+        good, arr, dead, ops = decode_values(
+            spec, columns, raw.column("value").to_pylist(), offsets
+        )
     parts = [(columns, arr)]
     if spec.key is not None:
         kcols = spec.key.columns_of(table) or pa.schema([])
         kgood, karr, kdead, _ops = decode_values(
-            spec.key, kcols, raw.column("key").to_pylist(), offsets
+            spec.key, kcols, raw.column("key").to_pylist(), raw.column("offset").to_pylist()
         )
         both = sorted(set(good) & set(kgood))
         vpos, kpos = {r: i for i, r in enumerate(good)}, {r: i for i, r in enumerate(kgood)}
@@ -375,7 +392,7 @@ def typed_tables(spec: TypedSpec, raw: pa.Table, table: str) -> tuple[pa.Table, 
             reasons.setdefault(i, []).append(why)
         dead = [(i, "; ".join(w)) for i, w in sorted(reasons.items())]
         good = both
-    out = raw.take(pa.array(good, pa.int64()))
+    out = raw if len(good) == raw.num_rows else raw.take(pa.array(good, pa.int64()))
     for cols, values in parts:
         for i, f in enumerate(cols):
             out = out.append_column(f, values.field(i))

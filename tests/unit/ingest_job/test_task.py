@@ -134,6 +134,23 @@ async def test_missing_object_is_reported(kafs_env: KafsEnv, tmp_path: Path) -> 
         await asyncio.to_thread(run_unit, _spec(kafs_env, tmp_path), unit)
 
 
+async def test_segments_read_concurrently_keep_their_order(
+    kafs_env: KafsEnv, tmp_path: Path
+) -> None:
+    from ingest_job.task import FETCH_CONCURRENCY, read_unit
+
+    (w,) = await kafs_env.topic("t")
+    for i in range(FETCH_CONCURRENCY * 2 + 1):  # more segments than reads at once
+        await w.append(values_for("t", 0, i * 5, 5))
+    (unit,) = await _units(kafs_env)
+    assert len(unit.segments) == FETCH_CONCURRENCY * 2 + 1
+    cols = await asyncio.to_thread(read_unit, kafs_env.store_url, unit)
+    assert cols.to_table().column("offset").to_pylist() == list(range(45))
+    await kafs_env.store.delete(unit.segments[6].key)  # a missing one among many
+    with pytest.raises(CorruptInputError, match=f"{unit.segments[6].key}.*missing"):
+        await asyncio.to_thread(read_unit, kafs_env.store_url, unit)
+
+
 async def test_replaced_object_fails_the_etag_check(kafs_env: KafsEnv, tmp_path: Path) -> None:
     (w,) = await kafs_env.topic("t")
     await w.append(values_for("t", 0, 0, 10))
