@@ -13,7 +13,14 @@ from broker.segment_loader import Piece, SegmentLoader
 from broker.segment_windows import Windows, make_layout, slice_window, window_key
 from protocol.batch import iter_batches
 from segments.cache import SegmentCache
-from segments.format import FOOTER_SIZE, HEADER_SIZE, CorruptSegmentError, IndexEntry, parse_index
+from segments.format import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    CorruptSegmentError,
+    IndexEntry,
+    index_trailer_length,
+    parse_index,
+)
 from segments.local_store import MAP_MIN, LocalStore
 from segments.store import Buffer
 from tests.unit.segments.conftest import make_segment
@@ -45,6 +52,11 @@ class CountingStore(LocalStore):
         return await super().get_buffer(key, start, end, if_match)
 
 
+def _trailer(data: bytes) -> int:
+    """The index trailer's length (format version 2; 0 for version 1)."""
+    return index_trailer_length(data[:HEADER_SIZE], len(data))
+
+
 def _offsets(view: memoryview) -> list[int]:
     return [hdr.base_offset for hdr, _ in iter_batches(view)]
 
@@ -57,14 +69,20 @@ async def _setup(tmp_path: Path, readahead: int = 1 << 30):
     loader = SegmentLoader(lambda: store, lambda: cache, readahead_bytes=readahead)
     windows = Windows(loader, lambda: cache)
     windows.window = WINDOW
-    layout = windows.remember("t/0/big", seg, parse_index(built.index))
+    layout = windows.remember("t/0/big", seg, parse_index(built.index), _trailer(data))
     return store, cache, loader, windows, seg, layout, data
 
 
-def test_windows_start_at_batches_and_hold_whole_ones() -> None:
-    built, data = make_segment(100, BATCHES, index_interval=5, value_size=200)
-    layout = make_layout(parse_index(built.index), len(data), "e", WINDOW)
-    assert layout.bounds[0] == HEADER_SIZE and layout.end == len(data) - FOOTER_SIZE
+@pytest.mark.parametrize("version", [1, 2])
+def test_windows_start_at_batches_and_hold_whole_ones(version: int) -> None:
+    """Windows cover the body and nothing else: a version 2 segment's index trailer, which
+    sits between the body and the footer, is in none of them."""
+    built, data = make_segment(100, BATCHES, index_interval=5, value_size=200, version=version)
+    trailer = _trailer(data)
+    assert (trailer > 0) == (version == 2)
+    layout = make_layout(parse_index(built.index), len(data), "e", WINDOW, trailer)
+    assert layout.bounds[0] == HEADER_SIZE
+    assert layout.end == len(data) - FOOTER_SIZE - trailer
     assert len(layout.bounds) > 3
     starts = {e.position for e in parse_index(built.index)}
     seen: list[int] = []
@@ -78,7 +96,7 @@ def test_windows_start_at_batches_and_hold_whole_ones() -> None:
 
 def test_slice_window_rejects_bad_framing_and_misses_past_its_end() -> None:
     built, data = make_segment(100, BATCHES, index_interval=5, value_size=200)
-    layout = make_layout(parse_index(built.index), len(data), "e", WINDOW)
+    layout = make_layout(parse_index(built.index), len(data), "e", WINDOW, _trailer(data))
     lo, hi = layout.bounds[0], layout.bounds[1]
     window = data[lo:hi]
     assert len(slice_window(window, lo, lo, 10_000, 1 << 20)) == 0  # not in this window
@@ -122,7 +140,7 @@ async def test_readahead_loads_the_next_windows_then_the_following_pieces(
     assert cache.get(window_key("t/0/big", b[2])) is None  # beyond it
     # from the last window on, the readahead continues into the following segment
     last = layout.bounds[-1]
-    off = next(hdr.base_offset for hdr, _ in iter_batches(memoryview(data)[last:-FOOTER_SIZE]))
+    off = next(hdr.base_offset for hdr, _ in iter_batches(memoryview(data)[last : layout.end]))
     await windows.read(
         "t/0/big", seg, layout, off, 100, lambda: iter([Piece.whole("t/0/next", nxt)])
     )
@@ -142,13 +160,13 @@ async def test_prepare_reads_a_layout_in_the_background_once(tmp_path: Path) -> 
     store, _cache, loader, _w, seg, _layout, _ = await _setup(tmp_path)
     windows = Windows(loader, lambda: SegmentCache(1 << 30))
     windows.window = WINDOW
-    built, _data = make_segment(100, BATCHES, index_interval=5, value_size=200)
+    built, data = make_segment(100, BATCHES, index_interval=5, value_size=200)
     calls = 0
 
-    async def index() -> list[IndexEntry]:
+    async def index() -> tuple[list[IndexEntry], int]:
         nonlocal calls
         calls += 1
-        return parse_index(built.index)
+        return parse_index(built.index), _trailer(data)
 
     assert windows.layout("t/0/big", seg) is None
     windows.prepare("t/0/big", seg, index)
