@@ -2,31 +2,21 @@
 
 from setuptools import Extension, setup
 
+COMMON = {
+    "extra_compile_args": [
+        "-O2",
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Wno-missing-field-initializers",
+    ],
+    "depends": ["protocol/utf8_valid.h"],
+    "optional": True,
+}
+
 setup(
     ext_modules=[
-        Extension(
-            "protocol._fastrecords",
-            ["protocol/_fastrecords.c"],
-            extra_compile_args=[
-                "-O2",
-                "-std=c11",
-                "-Wall",
-                "-Wextra",
-                "-Wno-missing-field-initializers",
-            ],
-            optional=True,
-        ),
-        Extension(
-            "ingest_job._columnar",
-            ["ingest_job/_columnar.c"],
-            extra_compile_args=[
-                "-O2",
-                "-std=c11",
-                "-Wall",
-                "-Wextra",
-                "-Wno-missing-field-initializers",
-            ],
-            optional=True,
-        ),
+        Extension("protocol._fastrecords", ["protocol/_fastrecords.c"], **COMMON),
+        Extension("ingest_job._columnar", ["ingest_job/_columnar.c"], **COMMON),
     ]
 )

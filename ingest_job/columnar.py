@@ -17,23 +17,11 @@ or the per-record decoders run. docs/ingest.md, "Performance".
 
 from __future__ import annotations
 
-import os
-from types import ModuleType
-
 import pyarrow as pa
 
+from protocol.native import load_native
 
-def _load_native() -> ModuleType | None:
-    if os.environ.get("KAFSCALE_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from ingest_job import _columnar
-    except ImportError:
-        return None
-    return _columnar
-
-
-native = _load_native()
+native = load_native("ingest_job._columnar")
 #: "c" when the native helpers are in use, else "python"
 IMPLEMENTATION = "c" if native is not None else "python"
 

@@ -80,48 +80,7 @@ static inline int read_varint(const uint8_t *p, Py_ssize_t limit, Py_ssize_t *po
     return 0;
 }
 
-/* Strict UTF-8 (as Python's decoder: no overlongs, no surrogates, <= U+10FFFF). */
-static int utf8_valid(const uint8_t *s, Py_ssize_t n)
-{
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80)
-                return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (i + 2 >= n)
-                return 0;
-            uint8_t c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xE0 && c1 < 0xA0)
-                return 0; /* overlong */
-            if (c == 0xED && c1 >= 0xA0)
-                return 0; /* surrogate */
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (i + 3 >= n)
-                return 0;
-            uint8_t c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xF0 && c1 < 0x90)
-                return 0; /* overlong */
-            if (c == 0xF4 && c1 >= 0x90)
-                return 0; /* > U+10FFFF */
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
-}
+#include "utf8_valid.h"
 
 /* Bytes of an invalid header key with each bad sequence replaced by U+FFFD (lenient
  * mode), as a new bytes object: Python's own "replace" handler keeps the result identical

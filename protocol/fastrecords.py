@@ -15,15 +15,14 @@ of :mod:`protocol.records` fills the same buffers. Both raise
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from types import ModuleType
 
 from protocol.batch import TIMESTAMP_TYPE_MASK, BatchHeader
 from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.native import load_native
 from protocol.records import (
     BatchColumns,
     Buf,
@@ -41,17 +40,7 @@ INT64_MAX = (1 << 63) - 1
 BatchInput = tuple[Buf, BatchHeader]
 
 
-def _load_native() -> ModuleType | None:
-    if os.environ.get("KAFSCALE_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from protocol import _fastrecords
-    except ImportError:
-        return None
-    return _fastrecords
-
-
-native = _load_native()
+native = load_native("protocol._fastrecords")
 #: "c" when the native decoder is in use, else "python"
 IMPLEMENTATION = "c" if native is not None else "python"
 

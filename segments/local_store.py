@@ -238,9 +238,11 @@ class LocalStore:
         self._remember(st, etag)  # link/unlink change neither inode, mtime nor size
         return etag
 
-    def _get_sync(
+    def _open_range(
         self, key: str, start: int | None, end: int | None, if_match: str | None
-    ) -> bytes:
+    ) -> tuple[int, int, int]:
+        """(fd, lo, hi): ``key`` opened for reading, its ETag checked against
+        ``if_match``, and the byte range clamped to its size; the caller closes ``fd``."""
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
@@ -250,8 +252,18 @@ class LocalStore:
             want = None if if_match is None else if_match.strip('"')
             if want is not None and self._etag_of_fd(fd, st, want) != want:
                 raise PreconditionFailedError(key)
-            lo = 0 if start is None else max(0, start)
-            hi = st.st_size if end is None else min(end, st.st_size)
+        except BaseException:
+            os.close(fd)
+            raise
+        lo = 0 if start is None else max(0, start)
+        hi = st.st_size if end is None else min(end, st.st_size)
+        return fd, lo, hi
+
+    def _get_sync(
+        self, key: str, start: int | None, end: int | None, if_match: str | None
+    ) -> bytes:
+        fd, lo, hi = self._open_range(key, start, end, if_match)
+        try:
             if hi <= lo:
                 return b""
             data = os.pread(fd, hi - lo, lo)
@@ -341,17 +353,8 @@ class LocalStore:
     def _map_sync(
         self, key: str, start: int | None, end: int | None, if_match: str | None
     ) -> Buffer:
+        fd, lo, hi = self._open_range(key, start, end, if_match)
         try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
-            raise ObjectNotFoundError(key) from None
-        try:
-            st = os.fstat(fd)
-            want = None if if_match is None else if_match.strip('"')
-            if want is not None and self._etag_of_fd(fd, st, want) != want:
-                raise PreconditionFailedError(key)
-            lo = 0 if start is None else max(0, start)
-            hi = st.st_size if end is None else min(end, st.st_size)
             if hi - lo < MAP_MIN:
                 return self._get_sync(key, lo, hi, None) if hi > lo else b""
             base = lo - lo % mmap.ALLOCATIONGRANULARITY  # only the pages read are mapped

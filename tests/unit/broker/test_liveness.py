@@ -4,16 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.http import KEEPALIVE_STUCK_S, LIVENESS_DELAY_S, keepalive_problem
-from broker.meta.base import MetaStore, open_meta
+from broker.meta.base import MetaStore
 
 
 def test_verdicts() -> None:
@@ -39,15 +35,6 @@ class HangingRefresh:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-@pytest.fixture
-async def meta(tmp_path: Path) -> AsyncIterator[MetaStore]:
-    store = open_meta("embedded", data_dir=str(tmp_path))
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def test_a_refresh_in_flight_is_visible_until_it_returns(meta: MetaStore) -> None:

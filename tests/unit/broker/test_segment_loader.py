@@ -20,36 +20,11 @@ from broker.segment_loader import (
 )
 from segments.cache import SegmentCache
 from segments.format import HEADER_SIZE, IndexEntry, iter_segment_batches
-from segments.local_store import MAP_MIN, LocalStore
+from segments.local_store import LocalStore
 from segments.reader import slice_batches
-from segments.store import Buffer, ObjectNotFoundError, PreconditionFailedError
+from segments.store import ObjectNotFoundError, PreconditionFailedError
+from tests.unit.broker.counting_store import CountingStore
 from tests.unit.segments.conftest import make_segment
-
-
-class CountingStore(LocalStore):
-    """The real local store, counting GETs (whole and ranged)."""
-
-    def __init__(self, root: str, ranged: bool) -> None:
-        super().__init__(root)
-        self.parallel_ranged_gets = ranged
-        self.gets: list[tuple[str, int | None, int | None]] = []
-
-    async def get(
-        self, key: str, start: int | None = None, end: int | None = None,
-        if_match: str | None = None,
-    ) -> bytes:  # fmt: skip
-        self.gets.append((key, start, end))
-        return await super().get(key, start, end, if_match)
-
-    async def get_buffer(
-        self, key: str, start: int | None = None, end: int | None = None,
-        if_match: str | None = None,
-    ) -> Buffer:  # fmt: skip
-        """The read path's GET (a mapping of the file when large), counted likewise."""
-        if start is not None and end is not None and end - start < MAP_MIN:
-            return await self.get(key, start, end, if_match)  # LocalStore's does the same
-        self.gets.append((key, start, end))
-        return await super().get_buffer(key, start, end, if_match)
 
 
 async def _segment(store: LocalStore, key: str, size: int) -> tuple[bytes, SegmentMeta]:

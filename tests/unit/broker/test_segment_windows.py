@@ -21,35 +21,11 @@ from segments.format import (
     index_trailer_length,
     parse_index,
 )
-from segments.local_store import MAP_MIN, LocalStore
-from segments.store import Buffer
+from tests.unit.broker.counting_store import CountingStore
 from tests.unit.segments.conftest import make_segment
 
 BATCHES = [5] * 40  # 40 batches of 5 records, ~1.2 KB each, every batch indexed
 WINDOW = 6000
-
-
-class CountingStore(LocalStore):
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self.gets: list[tuple[str, int | None, int | None]] = []
-
-    async def get(
-        self, key: str, start: int | None = None, end: int | None = None,
-        if_match: str | None = None,
-    ) -> bytes:  # fmt: skip
-        self.gets.append((key, start, end))
-        return await super().get(key, start, end, if_match)
-
-    async def get_buffer(
-        self, key: str, start: int | None = None, end: int | None = None,
-        if_match: str | None = None,
-    ) -> Buffer:  # fmt: skip
-        """The read path's GET (a mapping of the file when large), counted likewise."""
-        if start is not None and end is not None and end - start < MAP_MIN:
-            return await self.get(key, start, end, if_match)  # LocalStore's does the same
-        self.gets.append((key, start, end))
-        return await super().get_buffer(key, start, end, if_match)
 
 
 def _trailer(data: bytes) -> int:

@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-
-import pytest
 
 from broker.cluster import BrokerInfo
-from broker.meta.base import MetaStore, open_meta
+from broker.meta.base import MetaStore
 from broker.meta.schema import (
     TXN_MARKERS_PREFIX,
     MarkerRequest,
@@ -48,15 +45,6 @@ class Ids:
     async def allocate(self) -> int:
         self.next += 1
         return self.next
-
-
-@pytest.fixture
-async def meta(tmp_path: Path) -> AsyncIterator[MetaStore]:
-    store = open_meta("embedded", data_dir=str(tmp_path))
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 @contextlib.asynccontextmanager
