@@ -10,7 +10,7 @@ COMMON = {
         "-Wextra",
         "-Wno-missing-field-initializers",
     ],
-    "depends": ["protocol/utf8_valid.h"],
+    "depends": ["protocol/native_common.h"],
     "optional": True,
 }
 

@@ -105,7 +105,7 @@ static inline int is_valid(const BinaryInput *in, Py_ssize_t i)
     return (((const uint8_t *)in->validity.buf)[bit >> 3] >> (bit & 7)) & 1;
 }
 
-#include "../protocol/utf8_valid.h"
+#include "../protocol/native_common.h"
 
 /* ------------------------------------------------------------------ join_lines */
 
@@ -310,17 +310,6 @@ static int parse_codes(const char *codes, Py_ssize_t len, Field *fields, int *nf
     }
     *nf = k;
     return 0;
-}
-
-static char *new_bytes(PyObject **slot, Py_ssize_t size, int zero)
-{
-    *slot = PyBytes_FromStringAndSize(NULL, size);
-    if (*slot == NULL)
-        return NULL;
-    char *p = PyBytes_AS_STRING(*slot);
-    if (zero)
-        memset(p, 0, (size_t)size);
-    return p;
 }
 
 static int allocate_field(Field *f, Py_ssize_t n)

@@ -80,7 +80,7 @@ static inline int read_varint(const uint8_t *p, Py_ssize_t limit, Py_ssize_t *po
     return 0;
 }
 
-#include "utf8_valid.h"
+#include "native_common.h"
 
 /* Bytes of an invalid header key with each bad sequence replaced by U+FFFD (lenient
  * mode), as a new bytes object: Python's own "replace" handler keeps the result identical
@@ -267,38 +267,27 @@ static int one_pass(Out *o, Batch *batches, Py_ssize_t nb)
     return 0;
 }
 
-static char *alloc(PyObject **slot, Py_ssize_t size, int zero)
-{
-    *slot = PyBytes_FromStringAndSize(NULL, size);
-    if (*slot == NULL)
-        return NULL;
-    char *p = PyBytes_AS_STRING(*slot);
-    if (zero)
-        memset(p, 0, (size_t)size);
-    return p;
-}
-
 enum { O_OFFS, O_TS, O_TST, O_KV, O_KO, O_KD, O_VV, O_VO, O_VD, O_HO, O_HKO, O_HKD, O_HVV,
        O_HVO, O_HVD, O_COUNT };
 
 static int allocate(Out *o, PyObject **objs)
 {
     Py_ssize_t n = o->nrec, h = o->nhdr;
-    o->offsets = (int64_t *)alloc(&objs[O_OFFS], n * 8, 0);
-    o->ts = (int64_t *)alloc(&objs[O_TS], n * 8, 0);
-    o->ts_types = (int32_t *)alloc(&objs[O_TST], n * 4, 0);
-    o->kvalid = (uint8_t *)alloc(&objs[O_KV], (n + 7) / 8, 1);
-    o->koffs = (int32_t *)alloc(&objs[O_KO], (n + 1) * 4, 1);
-    o->kdata = alloc(&objs[O_KD], o->kbytes, 0);
-    o->vvalid = (uint8_t *)alloc(&objs[O_VV], (n + 7) / 8, 1);
-    o->voffs = (int32_t *)alloc(&objs[O_VO], (n + 1) * 4, 1);
-    o->vdata = alloc(&objs[O_VD], o->vbytes, 0);
-    o->hoffs = (int32_t *)alloc(&objs[O_HO], (n + 1) * 4, 1);
-    o->hkoffs = (int32_t *)alloc(&objs[O_HKO], (h + 1) * 4, 1);
-    o->hkdata = alloc(&objs[O_HKD], o->hkbytes, 0);
-    o->hvvalid = (uint8_t *)alloc(&objs[O_HVV], (h + 7) / 8, 1);
-    o->hvoffs = (int32_t *)alloc(&objs[O_HVO], (h + 1) * 4, 1);
-    o->hvdata = alloc(&objs[O_HVD], o->hvbytes, 0);
+    o->offsets = (int64_t *)new_bytes(&objs[O_OFFS], n * 8, 0);
+    o->ts = (int64_t *)new_bytes(&objs[O_TS], n * 8, 0);
+    o->ts_types = (int32_t *)new_bytes(&objs[O_TST], n * 4, 0);
+    o->kvalid = (uint8_t *)new_bytes(&objs[O_KV], (n + 7) / 8, 1);
+    o->koffs = (int32_t *)new_bytes(&objs[O_KO], (n + 1) * 4, 1);
+    o->kdata = new_bytes(&objs[O_KD], o->kbytes, 0);
+    o->vvalid = (uint8_t *)new_bytes(&objs[O_VV], (n + 7) / 8, 1);
+    o->voffs = (int32_t *)new_bytes(&objs[O_VO], (n + 1) * 4, 1);
+    o->vdata = new_bytes(&objs[O_VD], o->vbytes, 0);
+    o->hoffs = (int32_t *)new_bytes(&objs[O_HO], (n + 1) * 4, 1);
+    o->hkoffs = (int32_t *)new_bytes(&objs[O_HKO], (h + 1) * 4, 1);
+    o->hkdata = new_bytes(&objs[O_HKD], o->hkbytes, 0);
+    o->hvvalid = (uint8_t *)new_bytes(&objs[O_HVV], (h + 7) / 8, 1);
+    o->hvoffs = (int32_t *)new_bytes(&objs[O_HVO], (h + 1) * 4, 1);
+    o->hvdata = new_bytes(&objs[O_HVD], o->hvbytes, 0);
     for (int i = 0; i < O_COUNT; i++) {
         if (objs[i] == NULL)
             return -1;

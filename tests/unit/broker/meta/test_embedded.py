@@ -178,17 +178,11 @@ def test_read_only_replay_races_compaction(tmp_path: Path) -> None:
     assert opens >= 5
 
 
-async def test_a_write_waits_on_the_disk_off_the_event_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The log's append + fdatasync runs in a worker thread: while the disk is slow the
-    loop serves reads, which see the write only once it is durable; writes queue behind
-    it in order and compare against what the earlier write made durable."""
-    from broker.meta.base import Compare
+def slow_disk(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Make the log's appends wait until released: (entered, release) - ``entered`` is
+    set when an append is waiting; once ``release`` is set, appends go through."""
     from broker.meta.durable import MetaDir
 
-    store = EmbeddedStore(str(tmp_path))
-    await store.put("/k", b"old")
     entered, release = threading.Event(), threading.Event()
     real = MetaDir.append
 
@@ -199,6 +193,20 @@ async def test_a_write_waits_on_the_disk_off_the_event_loop(
         real(self, record)
 
     monkeypatch.setattr(MetaDir, "append", slow_append)
+    return entered, release
+
+
+async def test_a_write_waits_on_the_disk_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's append + fdatasync runs in a worker thread: while the disk is slow the
+    loop serves reads, which see the write only once it is durable; writes queue behind
+    it in order and compare against what the earlier write made durable."""
+    from broker.meta.base import Compare
+
+    store = EmbeddedStore(str(tmp_path))
+    await store.put("/k", b"old")
+    entered, release = slow_disk(monkeypatch)
     try:
         first = asyncio.ensure_future(store.put("/k", b"new"))
         assert await asyncio.to_thread(entered.wait, 30)
@@ -234,20 +242,10 @@ async def test_a_cancelled_write_still_lands_once(
     """A caller cancelled while its write waits on the disk: the append goes on and is
     applied before any later write (then the caller sees CancelledError), so revisions
     stay unique and memory and replay agree."""
-    from broker.meta.durable import MetaDir
 
     store = EmbeddedStore(str(tmp_path))
     rev0 = await store.put("/k", b"0")
-    entered, release = threading.Event(), threading.Event()
-    real = MetaDir.append
-
-    def slow_append(self: MetaDir, record: bytes) -> None:
-        if not release.is_set():
-            entered.set()
-            assert release.wait(30), "the test never released the disk"
-        real(self, record)
-
-    monkeypatch.setattr(MetaDir, "append", slow_append)
+    entered, release = slow_disk(monkeypatch)
     try:
         caller = asyncio.ensure_future(store.put("/k", b"1"))
         assert await asyncio.to_thread(entered.wait, 30)

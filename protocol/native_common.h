@@ -1,13 +1,13 @@
-/* Strict UTF-8 validation shared by the native modules (protocol/_fastrecords.c,
- * ingest_job/_columnar.c): as Python's decoder, no overlongs, no surrogates, nothing
- * above U+10FFFF. ASCII is skipped 8 bytes at a time. Include after <Python.h>. */
-#ifndef KAFSCALE_UTF8_VALID_H
-#define KAFSCALE_UTF8_VALID_H
+/* Helpers shared by the native modules (protocol/_fastrecords.c, ingest_job/_columnar.c).
+ * Include after <Python.h>. */
+#ifndef KAFSCALE_NATIVE_COMMON_H
+#define KAFSCALE_NATIVE_COMMON_H
 
 #include <stdint.h>
 #include <string.h>
 
-/* Strict UTF-8 (as Python's decoder: no overlongs, no surrogates, <= U+10FFFF). */
+/* Strict UTF-8 (as Python's decoder: no overlongs, no surrogates, <= U+10FFFF); ASCII
+ * is skipped 8 bytes at a time. */
 static inline int utf8_valid(const uint8_t *s, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
@@ -55,6 +55,19 @@ static inline int utf8_valid(const uint8_t *s, Py_ssize_t n)
         }
     }
     return 1;
+}
+
+/* A new bytes object of ``size`` bytes in ``*slot`` (zeroed if ``zero``): its buffer, or
+ * NULL with a Python error set. */
+static inline char *new_bytes(PyObject **slot, Py_ssize_t size, int zero)
+{
+    *slot = PyBytes_FromStringAndSize(NULL, size);
+    if (*slot == NULL)
+        return NULL;
+    char *p = PyBytes_AS_STRING(*slot);
+    if (zero)
+        memset(p, 0, (size_t)size);
+    return p;
 }
 
 #endif
