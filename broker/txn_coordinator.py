@@ -261,6 +261,10 @@ class TxnCoordinator:
                 self._completing.pop(txn_id, None)
             if not t.cancelled() and t.exception() is not None:
                 log.warning("completing transaction %r failed: %r", txn_id, t.exception())
+                # the store failed under it: try again shortly (the loop's deadline)
+                retry = (now_ms() + int(RETRY_S * 1000), Due.COMPLETE)
+                if self._deadlines.set(txn_id, retry):
+                    self._wake.set()
 
         task.add_done_callback(done)
 
@@ -412,7 +416,11 @@ class TxnCoordinator:
                 continue
             if not self.owns(txn_id):
                 continue  # its coordinator acts (a membership change looks again here)
-            if what is Due.TIMEOUT:
+            if what is Due.COMPLETE:
+                cur = await self.load(txn_id)
+                if cur.record is not None and cur.record.state.preparing:
+                    self._start_completion(txn_id)
+            elif what is Due.TIMEOUT:
                 async with self._lock(txn_id):
                     dec, _ = await self._apply(txn_id, lambda r: _timeout(r))
                 if dec.record is not None:

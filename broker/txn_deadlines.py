@@ -18,6 +18,7 @@ from txncoord import TxnRecord, TxnState
 class Due(enum.Enum):
     TIMEOUT = "timeout"  # abort the ongoing transaction (it ran past its timeout)
     EXPIRE = "expire"  # delete the id's state (idle past the expiration)
+    COMPLETE = "complete"  # try again to complete a prepared transaction (a try failed)
 
 
 IDLE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})

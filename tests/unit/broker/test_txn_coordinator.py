@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from broker.cluster import BrokerInfo
-from broker.meta.base import MetaStore
+from broker.meta.base import MetaStore, MetaStoreError
 from broker.meta.schema import (
     TXN_MARKERS_PREFIX,
     MarkerRequest,
     group_offset_key,
     txn_offset_key,
+    txn_offsets_prefix,
     txn_state_key,
 )
 from broker.txn_coordinator import TxnCoordinator
@@ -207,4 +209,40 @@ async def test_idle_transactional_id_expires(meta: MetaStore) -> None:
             await watch.aclose()
     err, pid2, epoch2 = await c.init_producer_id("tx6", 10_000, -1, -1)
     assert (err, epoch2) == (E.NONE, 0) and pid2 != pid
+    await c.stop()
+
+
+class FailingOnce:
+    """The store, except that the first range read under ``prefix`` fails (a store error
+    in the middle of completing a transaction)."""
+
+    def __init__(self, inner: MetaStore, prefix: str) -> None:
+        self.inner, self.prefix, self.failed = inner, prefix, False
+
+    async def range(self, prefix: str) -> Any:
+        if prefix.startswith(self.prefix) and not self.failed:
+            self.failed = True
+            raise MetaStoreError("injected: the store failed once")
+        return await self.inner.range(prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_completion_the_store_failed_is_tried_again(meta: MetaStore) -> None:
+    """A prepared transaction whose completion hits a store error is completed by a later
+    try, with no new state change or membership change to prompt it."""
+    prepared = TxnRecord(
+        producer_id=6, producer_epoch=1, timeout_ms=10_000, state=TxnState.PREPARE_COMMIT,
+        partitions=frozenset({("t", 0)}), started_ms=1,
+    )  # fmt: skip
+    await meta.put(txn_state_key("tx7"), prepared.to_json())
+    flaky = FailingOnce(meta, txn_offsets_prefix("tx7"))
+    c = TxnCoordinator(flaky, OneBroker(1), Ids(), 60_000)  # type: ignore[arg-type]
+    seen: list[tuple[str, MarkerRequest]] = []
+    async with owners(meta, seen):
+        c.start()
+        rec = await wait_state(meta, "tx7", TxnState.COMPLETE_COMMIT)
+    assert flaky.failed and not rec.partitions
+    assert [k for k, _ in seen] == [f"{TXN_MARKERS_PREFIX}tx7/t/0"]
     await c.stop()
