@@ -173,6 +173,20 @@ class Cluster:
                 self.config.lease_ttl_s,
             )
             await self._wait_deleted(key, res.revision)
+            await self._renew_own_lease()
+
+    async def _renew_own_lease(self) -> None:
+        """Our lease kept running while we waited for the previous incarnation's: renew
+        it before registering under it, or take a new one if it ran out meanwhile (a
+        wait as long as the TTL let it expire just after registration)."""
+        try:
+            ttl = await self.meta.refresh_lease(self.lease_id)
+        except LeaseExpiredError:
+            ttl = 0
+        if ttl <= 0:
+            self.lease_id = await self.meta.grant_lease(self.config.lease_ttl_s)
+            ttl = self.config.lease_ttl_s
+        self._lease_until = asyncio.get_running_loop().time() + ttl
 
     async def _wait_deleted(self, key: str, revision: int) -> None:
         watch = self.meta.watch(key, start_revision=revision + 1)

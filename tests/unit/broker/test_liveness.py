@@ -52,3 +52,22 @@ async def test_a_refresh_in_flight_is_visible_until_it_returns(meta: MetaStore) 
     finally:
         store.release.set()
         await cluster.stop()
+
+
+async def test_registering_after_a_long_wait_renews_its_own_lease(meta: MetaStore) -> None:
+    """A previous incarnation's key outlives our whole lease TTL: the broker waits for it,
+    then registers under a live lease (renewed, or new), not the one that ran out while
+    it waited, and its keep-alive goes on refreshing it."""
+    from broker.meta.schema import broker_key
+
+    old = await meta.grant_lease(3)  # the previous process's lease: 3 s
+    await meta.put(broker_key(0), b'{"host": "127.0.0.1", "port": 1}', old)
+    cluster = Cluster(meta, BrokerConfig(lease_ttl_s=1))
+    async with asyncio.timeout(30):
+        await cluster.start()  # waits ~3 s for the old key: longer than our 1 s TTL
+    try:
+        kv = await meta.get(broker_key(0))
+        assert kv is not None and kv.lease == cluster.lease_id != old
+        assert await meta.refresh_lease(cluster.lease_id) > 0  # alive
+    finally:
+        await cluster.stop()
