@@ -24,6 +24,8 @@ Checkpoints sit just before every place that deletes or writes objects:
 - ``txn.after_markers_requested``: the coordinator, after putting the marker requests;
 - ``txn.before_marker_commit``: a partition owner, after appending a control batch,
   before it is committed.
+- ``txn.before_expire``: the coordinator, after finding a transactional id idle past
+  ``transactional.id.expiration.ms``, before the compare-and-set that deletes it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ POINTS = frozenset(
         "txn.after_prepare",
         "txn.after_markers_requested",
         "txn.before_marker_commit",
+        "txn.before_expire",
     }
 )
 

@@ -439,11 +439,14 @@ class TxnCoordinator:
             if rec is None or due is None or due[1] is not Due.EXPIRE or due[0] > now_ms():
                 return
             key = txn_state_key(txn_id)
+            faults.checkpoint("txn.before_expire")
             res = await self.meta.txn(
                 [Compare(key, "mod_revision", "==", cur.revision)], [Delete(key)]
             )
         if res.succeeded:
             log.info("transactional id %r expired (idle since %d ms)", txn_id, rec.updated_ms)
+        else:
+            log.info("transactional id %r not expired: changed since it was found idle", txn_id)
 
     async def check_once(self) -> int:
         """Load every id's state and act on it: complete the prepared transactions this
