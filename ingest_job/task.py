@@ -38,8 +38,9 @@ from ingest_job.model import (
     WrittenFile,
 )
 from ingest_job.txns import is_aborted
-from segments.format import CorruptSegmentError, iter_segment_batches, validate_segment
+from segments.format import CorruptSegmentError, iter_segment_batches
 from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError, open_store
+from segments.validate import validate_segment
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -23,8 +23,9 @@ import sys
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from segments.format import INDEX_SUFFIX, SEGMENT_SUFFIX, SegmentReport, validate_segment
+from segments.format import INDEX_SUFFIX, SEGMENT_SUFFIX
 from segments.store import ObjectNotFoundError, StoreError
+from segments.validate import SegmentReport, validate_segment
 
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 

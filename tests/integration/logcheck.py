@@ -6,7 +6,7 @@ multi-broker tests after real brokers wrote the data.
 reads the manifest (read-only for the embedded store, so a running broker may hold it),
 asserts the entries are contiguous and end at the committed log end, and validates every
 listed segment object (and its index: the trailer, or a version 1 segment's index object)
-with ``segments.format.validate_segment``.
+with ``segments.validate.validate_segment``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from segments.format import (
     SEGMENT_SUFFIX,
     partition_prefix,
     segment_key,
-    validate_segment,
 )
 from segments.store import open_store
+from segments.validate import validate_segment
 
 REPO = Path(__file__).resolve().parents[2]
 

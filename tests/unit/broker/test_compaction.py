@@ -24,7 +24,8 @@ from protocol.batch import iter_batches, read_header
 from protocol.compression import Compression
 from protocol.errors import ErrorCode
 from protocol.records import build_batch, decode_batch
-from segments.format import iter_segment_batches, validate_segment
+from segments.format import iter_segment_batches
+from segments.validate import validate_segment
 from tests.fixtures.inprocess import local_config
 
 TOPIC = "compacted"

@@ -8,7 +8,7 @@ from broker.txn_markers import control_batch
 from broker.txn_partition import PartitionTxns, cap_batches
 from protocol.batch import read_header, set_base_offset
 from protocol.records import build_batch, decode_batch
-from segments.format import batch_kind
+from segments.validate import batch_kind
 
 
 def test_lso_and_aborted_ranges() -> None:

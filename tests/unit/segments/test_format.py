@@ -29,8 +29,8 @@ from segments.format import (
     partition_prefix,
     segment_index,
     segment_key,
-    validate_segment,
 )
+from segments.validate import validate_segment
 from tests.unit.segments.conftest import BASE_TS, make_batches, make_segment
 
 
