@@ -1,0 +1,100 @@
+"""``S3Store.put_if_absent``: the direct conditional PUTs (segments/s3_direct_put.py)
+against real S3 servers (moto's server and SeaweedFS): the same objects, ETags and
+refusals as the SDK's PUT, without falling back to it; the condition and the body's
+checksum are part of the signature, so neither can be dropped on the way."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from segments.s3_direct_put import EXPIRES_S, DirectPutter
+from segments.s3_store import S3Store
+from segments.store import Buffer, ObjectExistsError, open_store
+from tests.fixtures.s3 import S3Endpoint, create_bucket
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["moto", "seaweedfs"], ids=["s3-moto", "s3-seaweedfs"])
+async def direct(request: pytest.FixtureRequest) -> AsyncIterator[S3Store]:
+    """A store whose SDK PUT fails the test: every answer must come from the direct path."""
+    endpoint: S3Endpoint = request.getfixturevalue(f"{request.param}_s3")
+    bucket = await asyncio.to_thread(create_bucket, endpoint)
+    s = open_store(endpoint.store_url(bucket, "pfx"))
+    assert isinstance(s, S3Store)
+
+    async def no_sdk_put(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError(f"fell back to the SDK PUT: {args[0]}")
+
+    s._sdk_put = no_sdk_put  # type: ignore[method-assign]  # noqa: SLF001
+    s.server = endpoint.name  # type: ignore[attr-defined]
+    yield s
+    await s.close()
+
+
+async def test_put_writes_the_bytes_and_refuses_an_existing_key(direct: S3Store) -> None:
+    parts: list[Buffer] = [bytes(range(256)) * 4096, memoryview(b"mid"), bytearray(b"tail")]
+    payload = b"".join(parts)
+    etag = await direct.put_if_absent("seg/a b+c.kfs", parts)  # a key that needs quoting
+    assert etag == hashlib.md5(payload).hexdigest()  # S3's ETag of a single-part PUT
+    info = await direct.head("seg/a b+c.kfs")
+    assert info is not None and info.etag == etag and info.size == len(payload)
+    assert await direct.get("seg/a b+c.kfs") == payload
+    with pytest.raises(ObjectExistsError):
+        await direct.put_if_absent("seg/a b+c.kfs", [b"overwrite"])
+    assert await direct.get("seg/a b+c.kfs") == payload  # untouched
+    for i in range(3):  # kept-alive connections are reused
+        small = b"x" * i
+        assert await direct.put_if_absent(f"seg/n{i}", [small]) == hashlib.md5(small).hexdigest()
+
+
+async def test_concurrent_direct_puts_one_winner(direct: S3Store) -> None:
+    results = await asyncio.gather(
+        *(direct.put_if_absent("race/k", [f"writer-{i}".encode() * 1000]) for i in range(6)),
+        return_exceptions=True,
+    )
+    wins = [r for r in results if isinstance(r, str)]
+    assert len(wins) == 1, results
+    assert all(isinstance(r, ObjectExistsError) for r in results if not isinstance(r, str))
+    assert (await direct.head("race/k")).etag == wins[0]  # type: ignore[union-attr]
+
+
+def _send(url: str, target: str, headers: dict[str, str], body: bytes) -> int:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        conn.request("PUT", target, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+async def test_the_condition_and_the_checksum_are_signed(direct: S3Store) -> None:
+    """The presigned request cannot lose its If-None-Match (an overwrite) or carry another
+    body than the one whose CRC-32C it signed."""
+    if direct.server != "seaweedfs":  # type: ignore[attr-defined]
+        pytest.skip("moto's server verifies neither the signed headers nor the checksum")
+    client = await direct._get_client()  # noqa: SLF001
+    auth = await client._request_signer.get_auth_instance(  # noqa: SLF001
+        "s3", client.meta.region_name, "s3v4-query", expires=EXPIRES_S
+    )
+    url = f"{client.meta.endpoint_url}/{direct.bucket}/{direct.prefix}sig/obj"
+    body = b"the body" * 1000
+    target, headers = DirectPutter.sign(url, auth, [body])
+    assert "if-none-match" in target and "x-amz-checksum-crc32c" in target  # SignedHeaders
+    no_condition = {k: v for k, v in headers.items() if k != "If-None-Match"}
+    assert await asyncio.to_thread(_send, url, target, no_condition, body) == 403
+    assert await asyncio.to_thread(_send, url, target, headers, body[:-1] + b"!") == 400
+    assert await direct.head("sig/obj") is None  # neither was written
+    assert await asyncio.to_thread(_send, url, target, headers, body) == 200
+    assert await direct.get("sig/obj") == body
+    assert await asyncio.to_thread(_send, url, target, headers, body) == 412  # exists now
