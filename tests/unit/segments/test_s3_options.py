@@ -77,7 +77,8 @@ def test_checksum_header_is_the_crc32c_of_the_concatenation() -> None:
     import crc32c
 
     from segments.s3_direct_put import checksum_header
+    from segments.store import Buffer
 
     whole = crc32c.crc32c(b"hello world!")
-    parts = [b"hello ", memoryview(b"world"), bytearray(b"!")]
+    parts: list[Buffer] = [b"hello ", memoryview(b"world"), bytearray(b"!")]
     assert base64.b64decode(checksum_header(parts)) == whole.to_bytes(4, "big")
