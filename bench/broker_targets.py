@@ -52,6 +52,7 @@ class Target:
     metrics_url: str | None = None
     limit_bytes: int = 0  # broker in-flight + cache bytes
     flush_interval_ms: float = float("nan")  # the broker's (bench/broker_waits.py)
+    store_pid: int | None = None  # the S3 server (SeaweedFS), on the same cores
 
 
 def flush_interval_ms(extra: list[str], s3: bool) -> float:
@@ -274,6 +275,7 @@ def s3_target(workdir: Path, limits: BrokerLimits, extra: list[str]) -> Iterator
         bucket = create_bucket(endpoint)
         url = endpoint.store_url(bucket, "bench")
         with broker_target("s3", workdir, url, limits, extra) as target:
+            target.store_pid = endpoint.pid
             yield target
 
 
