@@ -9,15 +9,20 @@ import asyncio
 import hashlib
 import http.client
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from segments.s3_direct_put import EXPIRES_S, DirectPutter
+from segments.s3_direct_put import EXPIRES_S, DirectPutter, checksum_header
 from segments.s3_store import S3Store
 from segments.store import Buffer, ObjectExistsError, open_store
-from tests.fixtures.s3 import S3Endpoint, create_bucket
+from tests.fixtures.broker import start_broker
+from tests.fixtures.s3 import S3Endpoint, create_bucket, s3_client
+from tests.integration.backends import consume_all
 
 pytestmark = pytest.mark.integration
 
@@ -98,3 +103,42 @@ async def test_the_condition_and_the_checksum_are_signed(direct: S3Store) -> Non
     assert await asyncio.to_thread(_send, url, target, headers, body) == 200
     assert await direct.get("sig/obj") == body
     assert await asyncio.to_thread(_send, url, target, headers, body) == 412  # exists now
+
+
+def test_a_broker_writes_its_segments_by_direct_puts(
+    seaweedfs_s3: S3Endpoint, tmp_path: Path
+) -> None:
+    """Produce (acks=all) to a broker on SeaweedFS: every acknowledged record reads back,
+    and every segment object in the bucket carries the CRC-32C of its bytes as SeaweedFS
+    stored it: written by a direct PUT (the SDK's PUT sends no checksum)."""
+    bucket = create_bucket(seaweedfs_s3)
+    b = start_broker(tmp_path / "broker", store_url=seaweedfs_s3.store_url(bucket, "ks"))
+    try:
+        topic, n = "direct-puts", 3000
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=2)])[topic].result(30)
+        p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(n):
+            p.produce(topic, value=f"v{i}-".encode() * 40, partition=i % 2)
+        assert p.flush(60) == 0
+        got = consume_all(b.bootstrap, topic, 2, n)
+        values = sorted(v for recs in got.values() for _o, _k, v in recs if v is not None)
+        assert values == sorted(f"v{i}-".encode() * 40 for i in range(n))
+        client = s3_client(seaweedfs_s3)
+        try:
+            keys = [
+                o["Key"]
+                for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+                for o in page.get("Contents", [])
+                if o["Key"].endswith(".kfs")
+            ]
+            assert keys
+            for key in keys:
+                head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+                body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+                assert head.get("ChecksumCRC32C") == checksum_header([body]), key
+        finally:
+            client.close()
+    finally:
+        b.stop()
+    assert "Traceback" not in b.log_text()
