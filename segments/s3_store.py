@@ -6,7 +6,9 @@ credential chain applies (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, profi
 ``ca_bundle=PATH`` verifies an https endpoint against that PEM bundle (a private CA;
 ``--s3-ca-bundle``).
 
-One long-lived client is created on first use and closed by ``close()``. ETags are returned
+One long-lived client is created on first use and closed by ``close()``. Segment PUTs and
+reads bypass the SDK's request and body handling where they can (``direct_puts``,
+``direct_gets``: segments/s3_direct_put.py, segments/s3_direct.py). ETags are returned
 without quotes (the hex MD5 for single-part PUTs; ``LocalStore``'s are CRC-32C based).
 """
 
@@ -173,8 +175,8 @@ class S3Store:
 
     async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
         refused = None
-        if self._puts is not None:
-            reply = await self._direct_put(key, data)
+        if (puts := self._puts) is not None:
+            reply = await self._direct_put(puts, key, data)
             if reply is not None and reply.status == 200:
                 if reply.etag is not None:
                     return reply.etag
@@ -186,17 +188,18 @@ class S3Store:
             elif reply is not None:
                 refused = reply.status
         etag = await self._sdk_put(key, data)
-        if refused is not None and self._puts is not None:
+        if refused is not None and puts is not None and self._puts is puts:
             # the direct form was refused where the SDK's succeeded (a store without the
             # checksum header, say): the SDK for every later PUT
             log.warning("direct S3 PUTs refused (HTTP %d), using the SDK's PUTs", refused)
-            puts, self._puts = self._puts, None
+            self._puts = None
             puts.close()
         return etag
 
-    async def _direct_put(self, key: str, data: Sequence[Buffer]) -> PutReply | None:
+    async def _direct_put(
+        self, puts: DirectPutter, key: str, data: Sequence[Buffer]
+    ) -> PutReply | None:
         """A direct conditional PUT (segments/s3_direct_put.py); None: use the SDK's."""
-        assert self._puts is not None
         client = await self._get_client()
         try:
             # the SDK's signer (its credentials, refreshed as for its own requests)
@@ -208,7 +211,7 @@ class S3Store:
             return None
         base = str(client.meta.endpoint_url).rstrip("/")
         url = f"{base}/{quote(self.bucket, safe='')}/{quote(self._key(key), safe='/~')}"
-        return await self._puts.put(url, auth, data)
+        return await puts.put(url, auth, data)
 
     async def _sdk_put(self, key: str, data: Sequence[Buffer]) -> str:
         body = data[0] if len(data) == 1 and isinstance(data[0], bytes) else b"".join(data)

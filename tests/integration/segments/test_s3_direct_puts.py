@@ -142,3 +142,30 @@ def test_a_broker_writes_its_segments_by_direct_puts(
     finally:
         b.stop()
     assert "Traceback" not in b.log_text()
+
+
+async def test_a_refused_direct_put_falls_back_to_the_sdk_and_turns_off(
+    seaweedfs_s3: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that refuses the direct form (here: a signature it cannot verify, 403) but
+    takes the SDK's PUT: the object is written once, by the SDK, and later PUTs skip the
+    direct path; a conditional PUT over it is still refused."""
+    bucket = await asyncio.to_thread(create_bucket, seaweedfs_s3)
+    s = open_store(seaweedfs_s3.store_url(bucket, "fb"))
+    assert isinstance(s, S3Store) and s._puts is not None  # noqa: SLF001
+    sign = DirectPutter.sign
+
+    def bad_signature(url: str, auth: Any, data: Any) -> tuple[str, dict[str, str]]:
+        target, headers = sign(url, auth, data)
+        return target[:-1] + ("1" if target.endswith("0") else "0"), headers  # X-Amz-Signature
+
+    monkeypatch.setattr(DirectPutter, "sign", staticmethod(bad_signature))
+    try:
+        etag = await s.put_if_absent("fb/obj", [b"payload"])
+        assert etag == hashlib.md5(b"payload").hexdigest()
+        assert s._puts is None  # noqa: SLF001
+        assert await s.get("fb/obj") == b"payload"
+        with pytest.raises(ObjectExistsError):
+            await s.put_if_absent("fb/obj", [b"other"])
+    finally:
+        await s.close()
