@@ -3,12 +3,13 @@ side on one SeaweedFS (a bucket each, embedded metadata), the phase alternated b
 them as in ``bench.broker_ab`` (the order swapped every round); server CPU per MB from
 ``/proc`` (docs/benchmarks.md, "Round 3: S3 produce").
 
-    python -m bench.broker_ab_s3 [--base-tree DIR] [--base-params K=V,...]
+    python -m bench.broker_ab_s3 [--base-tree DIR] [--base-params K=V,...] [--cycles N]
                                  [--rounds 10] [--messages 30000] [--modes idem,plain,paced]
 
 ``base``: the broker of ``--base-tree`` (e.g. an export of main), or without it this tree's
 broker with ``--base-params`` added to its store URL (e.g. ``direct_puts=false``: the SDK's
-PUTs); ``local``: this tree's broker with the defaults.
+PUTs); ``local``: this tree's broker with the defaults, or with ``--cycles N`` flush cycles
+in flight (``bench.cycles_broker``; the default is ``broker.flush.MAX_CYCLES_IN_FLIGHT``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,25 @@ from typing import Any
 
 from bench.broker_ab import _summary, _trial
 from bench.broker_targets import BrokerLimits, Target, broker_target, flush_interval_ms
+
+
+@contextlib.contextmanager
+def _cycles_target(workdir: Path, url: str, limits: BrokerLimits, cycles: int) -> Iterator[Target]:
+    """This tree's broker on ``url`` with ``cycles`` flush cycles in flight."""
+    from tests.fixtures.broker import free_port, start_broker
+
+    http = free_port()
+    args = ("--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args())
+    env = {"BENCH_CYCLES": str(cycles)}
+    broker = start_broker(
+        workdir, store_url=url, extra_args=args, env=env, module="bench.cycles_broker"
+    )
+    try:
+        yield Target("local", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
+                     limits.broker_inflight_bytes + limits.cache_bytes,
+                     flush_interval_ms([], True))  # fmt: skip
+    finally:
+        broker.stop()
 
 
 @contextlib.contextmanager
@@ -52,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.broker_ab_s3", description=__doc__)
     p.add_argument("--base-tree", type=Path)
     p.add_argument("--base-params", default="", help="K=V,... added to base's store URL")
+    p.add_argument("--cycles", type=int, help="flush cycles in flight of this tree's broker")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--messages", type=int, default=30_000)
     p.add_argument("--modes", default="idem,plain", help="idem, plain and/or paced")
@@ -70,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             base = stack.enter_context(broker_target("base", workdir / "b", base_url, limits, []))
-        new = stack.enter_context(broker_target("local", workdir / "n", new_url, limits, []))
+        if args.cycles is not None:
+            new = stack.enter_context(_cycles_target(workdir / "n", new_url, limits, args.cycles))
+        else:
+            new = stack.enter_context(broker_target("local", workdir / "n", new_url, limits, []))
         for t in (base, new):  # warm up: imports, producer ids, the S3 client, a segment
             _trial(t, "idem", 2000)
         for mode in args.modes.split(","):
