@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_ab import _summary, _trial
-from bench.broker_targets import BrokerLimits, Target, broker_target, flush_interval_ms
+from bench.broker_targets import (
+    S3_VOLUME_MB,
+    BrokerLimits,
+    Target,
+    broker_target,
+    flush_interval_ms,
+)
 
 
 @contextlib.contextmanager
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-s3-"))
     limits = BrokerLimits()
     with contextlib.ExitStack() as stack:
-        endpoint = stack.enter_context(run_seaweedfs())
+        endpoint = stack.enter_context(run_seaweedfs(S3_VOLUME_MB))
         base_url = endpoint.store_url(create_bucket(endpoint), "bench")
         new_url = endpoint.store_url(create_bucket(endpoint), "bench")
         for kv in filter(None, args.base_params.split(",")):
