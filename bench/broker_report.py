@@ -16,6 +16,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("server CPU ms/MB, consume", "consume", "cpu"),
     ("server CPU ms/MB, consume from cache", "consume_cached", "cpu"),
     ("  the same, net of the idle broker's", "consume_cached", "cpu_net"),
+    ("S3 server CPU ms/MB, produce", "produce", "store_cpu"),
+    ("S3 server CPU ms/MB, idempotent", "produce_idem", "store_cpu"),
     ("produce MB/s (acks=all)", "produce", "mbs"),
     ("produce msg/s", "produce", "msgs"),
     ("produce p50 ms (saturated)", "produce", "p50_ms"),
@@ -40,6 +42,9 @@ def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
     res = results.get(phase)
     if res is None:
         return math.nan
+    if metric == "store_cpu":  # the S3 server's (SeaweedFS), same phase
+        mb = res["bytes"] / 1e6
+        return res["store_cpu_s"] * 1000 / mb if "store_cpu_s" in res and mb else math.nan
     if metric in ("cpu", "cpu_net"):
         mb = res["bytes"] / 1e6
         idle = res.get("server_idle_cpu_s", 0.0) if metric == "cpu_net" else 0.0

@@ -98,9 +98,12 @@ def _run_phase(target: Target, phase: str, spec: dict[str, Any], spy: Path | Non
             idle_rate = _idle_cpu_rate(target.pid)
     hist = scrape_buckets(target.metrics_url)
     cpu, start = cpu_seconds(target.pid), time.perf_counter()
+    store_cpu = cpu_seconds(target.store_pid) if target.store_pid else None
     with profiled(target, phase, spy):
         res = run_worker(spec)
     res["server_cpu_s"] = cpu_seconds(target.pid) - cpu
+    if store_cpu is not None:  # the S3 server's share of the same cores
+        res["store_cpu_s"] = cpu_seconds(target.store_pid) - store_cpu
     if idle_rate is not None:  # what the idle broker spends meanwhile (/metrics, leases)
         res["server_idle_cpu_s"] = idle_rate * (time.perf_counter() - start)
     res.update(waits(hist, scrape_buckets(target.metrics_url)))

@@ -44,6 +44,13 @@ class BrokerLimits:
         ]  # fmt: skip
 
 
+# SeaweedFS's volume size for the benchmarks' S3 server: at the tests' 16 MB a new volume
+# is grown every 4 chunks and PUTs stall on it (8 MiB PUTs, 2 in flight: 26-47 MB/s with
+# 1.3-1.6 s stalls, against 45-190 MB/s at 1024 MB; docs/benchmarks.md, "Round 3: S3
+# produce"). A benchmark uses one or two buckets, far from the volume count's cap.
+S3_VOLUME_MB = 1024
+
+
 @dataclass
 class Target:
     name: str
@@ -52,6 +59,7 @@ class Target:
     metrics_url: str | None = None
     limit_bytes: int = 0  # broker in-flight + cache bytes
     flush_interval_ms: float = float("nan")  # the broker's (bench/broker_waits.py)
+    store_pid: int | None = None  # the S3 server (SeaweedFS), on the same cores
 
 
 def flush_interval_ms(extra: list[str], s3: bool) -> float:
@@ -270,10 +278,11 @@ def etcd_target(
 def s3_target(workdir: Path, limits: BrokerLimits, extra: list[str]) -> Iterator[Target]:
     from tests.fixtures.s3 import create_bucket, run_seaweedfs
 
-    with run_seaweedfs() as endpoint:
+    with run_seaweedfs(S3_VOLUME_MB) as endpoint:
         bucket = create_bucket(endpoint)
         url = endpoint.store_url(bucket, "bench")
         with broker_target("s3", workdir, url, limits, extra) as target:
+            target.store_pid = endpoint.pid
             yield target
 
 

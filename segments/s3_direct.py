@@ -39,14 +39,64 @@ class Reply:
     body: memoryview | None = None  # read-only, the whole body (200/206)
 
 
-class DirectGetter:
-    def __init__(self, ca_bundle: str | None = None, threads: int = THREADS) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="s3-get")
+class DirectHTTP:
+    """A thread pool whose threads each keep one kept-alive connection per endpoint
+    (shared by the direct GETs here and the direct PUTs, segments/s3_direct_put.py)."""
+
+    def __init__(self, ca_bundle: str | None, threads: int, name: str) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
         self._local = threading.local()
         self._ca_bundle = ca_bundle
         self._ssl: ssl.SSLContext | None = None
         self._conns: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+
+    def _conn(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+        conns: dict[tuple[str, str, int | None], http.client.HTTPConnection] | None
+        conns = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get((scheme, host, port))
+        if conn is None:
+            if scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    host, port, timeout=TIMEOUT_S, context=self._context()
+                )
+            else:
+                conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
+            conns[(scheme, host, port)] = conn
+            with self._lock:
+                self._conns.append(conn)
+        return conn
+
+    def _drop(
+        self, conn: http.client.HTTPConnection, scheme: str, host: str, port: int | None
+    ) -> None:
+        conn.close()
+        getattr(self._local, "conns", {}).pop((scheme, host, port), None)
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=self._ca_bundle)
+        return self._ssl
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:  # a GET still reading returns at once (an error, dropped)
+            if conn.sock is not None:
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+
+class DirectGetter(DirectHTTP):
+    def __init__(self, ca_bundle: str | None = None, threads: int = THREADS) -> None:
+        super().__init__(ca_bundle, threads, "s3-get")
 
     async def get(
         self,
@@ -110,45 +160,3 @@ class DirectGetter:
             pos += got
         resp.read()  # the (empty) rest: the response is complete, the connection reusable
         return Reply(status, view if view is into else view.toreadonly())
-
-    def _conn(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
-        conns: dict[tuple[str, str, int | None], http.client.HTTPConnection] | None
-        conns = getattr(self._local, "conns", None)
-        if conns is None:
-            conns = self._local.conns = {}
-        conn = conns.get((scheme, host, port))
-        if conn is None:
-            if scheme == "https":
-                conn = http.client.HTTPSConnection(
-                    host, port, timeout=TIMEOUT_S, context=self._context()
-                )
-            else:
-                conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
-            conns[(scheme, host, port)] = conn
-            with self._lock:
-                self._conns.append(conn)
-        return conn
-
-    def _drop(
-        self, conn: http.client.HTTPConnection, scheme: str, host: str, port: int | None
-    ) -> None:
-        conn.close()
-        getattr(self._local, "conns", {}).pop((scheme, host, port), None)
-        with self._lock:
-            if conn in self._conns:
-                self._conns.remove(conn)
-
-    def _context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = ssl.create_default_context(cafile=self._ca_bundle)
-        return self._ssl
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for conn in conns:  # a GET still reading returns at once (an error, dropped)
-            if conn.sock is not None:
-                with contextlib.suppress(OSError):
-                    conn.sock.shutdown(socket.SHUT_RDWR)
-            conn.close()

@@ -6,7 +6,9 @@ credential chain applies (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, profi
 ``ca_bundle=PATH`` verifies an https endpoint against that PEM bundle (a private CA;
 ``--s3-ca-bundle``).
 
-One long-lived client is created on first use and closed by ``close()``. ETags are returned
+One long-lived client is created on first use and closed by ``close()``. Segment PUTs and
+reads bypass the SDK's request and body handling where they can (``direct_puts``,
+``direct_gets``: segments/s3_direct_put.py, segments/s3_direct.py). ETags are returned
 without quotes (the hex MD5 for single-part PUTs; ``LocalStore``'s are CRC-32C based).
 """
 
@@ -18,13 +20,14 @@ import logging
 import os
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import aioboto3
 from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from segments.s3_direct import DirectGetter
+from segments.s3_direct_put import EXPIRES_S, DirectPutter, PutReply
 from segments.store import (
     Buffer,
     ObjectExistsError,
@@ -68,6 +71,7 @@ class S3Store:
         ca_bundle: str | None = None,
         parallel_gets: bool = False,
         direct_gets: bool = True,
+        direct_puts: bool = True,
     ) -> None:
         if not bucket:
             raise ValueError("S3Store needs a bucket")
@@ -85,6 +89,12 @@ class S3Store:
         self._direct: DirectGetter | None = None
         if direct_gets and not any(os.environ.get(v) for v in _PROXY_VARS):
             self._direct = DirectGetter(ca_bundle)
+        # ``direct_puts`` (default on; ``direct_puts=false``: off): segment PUTs signed by
+        # the SDK, sent by ``http.client`` (segments/s3_direct_put.py); path-style only (the
+        # object URL is built here), never through a proxy
+        self._puts: DirectPutter | None = None
+        if direct_puts and path_style and not any(os.environ.get(v) for v in _PROXY_VARS):
+            self._puts = DirectPutter(ca_bundle)
         self.region = region
         self._access_key = access_key
         self._secret_key = secret_key
@@ -125,6 +135,7 @@ class S3Store:
             ca_bundle=q.get("ca_bundle"),
             parallel_gets=_truthy(q.get("parallel_gets", "false")),
             direct_gets=_truthy(q.get("direct_gets", "true")),
+            direct_puts=_truthy(q.get("direct_puts", "true")),
         )
 
     def __repr__(self) -> str:
@@ -163,6 +174,46 @@ class S3Store:
     # ------------------------------------------------------------------ ObjectStore
 
     async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+        refused = None
+        if (puts := self._puts) is not None:
+            reply = await self._direct_put(puts, key, data)
+            if reply is not None and reply.status == 200:
+                if reply.etag is not None:
+                    return reply.etag
+                info = await self.head(key)  # a server that sent no ETag: ask for it
+                if info is not None:
+                    return info.etag
+            elif reply is not None and reply.status in (409, 412):
+                raise ObjectExistsError(key)
+            elif reply is not None:
+                refused = reply.status
+        etag = await self._sdk_put(key, data)
+        if refused is not None and puts is not None and self._puts is puts:
+            # the direct form was refused where the SDK's succeeded (a store without the
+            # checksum header, say): the SDK for every later PUT
+            log.warning("direct S3 PUTs refused (HTTP %d), using the SDK's PUTs", refused)
+            self._puts = None
+            puts.close()
+        return etag
+
+    async def _direct_put(
+        self, puts: DirectPutter, key: str, data: Sequence[Buffer]
+    ) -> PutReply | None:
+        """A direct conditional PUT (segments/s3_direct_put.py); None: use the SDK's."""
+        client = await self._get_client()
+        try:
+            # the SDK's signer (its credentials, refreshed as for its own requests)
+            auth = await client._request_signer.get_auth_instance(  # noqa: SLF001
+                "s3", client.meta.region_name, "s3v4-query", expires=EXPIRES_S
+            )
+        except (BotoCoreError, AttributeError, TypeError) as exc:
+            log.debug("no signer for direct PUTs, using the SDK's: %s", exc)
+            return None
+        base = str(client.meta.endpoint_url).rstrip("/")
+        url = f"{base}/{quote(self.bucket, safe='')}/{quote(self._key(key), safe='/~')}"
+        return await puts.put(url, auth, data)
+
+    async def _sdk_put(self, key: str, data: Sequence[Buffer]) -> str:
         body = data[0] if len(data) == 1 and isinstance(data[0], bytes) else b"".join(data)
         client = await self._get_client()
         try:
@@ -345,6 +396,9 @@ class S3Store:
         direct, self._direct = self._direct, None
         if direct is not None:
             direct.close()
+        puts, self._puts = self._puts, None
+        if puts is not None:
+            puts.close()
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()

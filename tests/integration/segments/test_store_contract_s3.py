@@ -28,11 +28,18 @@ from tests.unit.segments.test_store_contract import (  # noqa: F401 - the contra
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["moto", "seaweedfs"], ids=["s3-moto", "s3-seaweedfs"])
+@pytest.fixture(
+    params=["moto", "seaweedfs", "seaweedfs-sdk-puts"],
+    ids=["s3-moto", "s3-seaweedfs", "s3-seaweedfs-sdk-puts"],
+)
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[ObjectStore]:
-    endpoint = request.getfixturevalue(f"{request.param}_s3")
+    """Direct PUTs by default (segments/s3_direct_put.py); ``-sdk-puts``: the SDK's."""
+    server, _, variant = request.param.partition("-")
+    endpoint = request.getfixturevalue(f"{server}_s3")
     bucket = await asyncio.to_thread(create_bucket, endpoint)
-    s = open_store(endpoint.store_url(bucket, "pfx/x"))
+    url = endpoint.store_url(bucket, "pfx/x")
+    s = open_store(url + "&direct_puts=false" if variant else url)
     assert isinstance(s, S3Store) and s.prefix == "pfx/x/"
+    assert (s._puts is None) == bool(variant)  # noqa: SLF001
     yield s
     await s.close()

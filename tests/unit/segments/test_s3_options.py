@@ -45,3 +45,40 @@ async def test_direct_get_of_an_unreachable_endpoint_is_a_store_error() -> None:
             await s.get_buffer("k", 0, 10)
     finally:
         await s.close()
+
+
+def test_direct_puts_by_default_unless_off_virtual_hosted_or_behind_a_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert S3Store.from_url(BASE)._puts is not None  # noqa: SLF001
+    assert S3Store.from_url(BASE + "&direct_puts=false")._puts is None  # noqa: SLF001
+    assert S3Store.from_url(BASE + "&path_style=false")._puts is None  # noqa: SLF001
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    assert S3Store.from_url(BASE)._puts is None  # noqa: SLF001
+
+
+async def test_direct_put_to_an_unreachable_endpoint_is_a_store_error() -> None:
+    (port,) = free_ports(1)  # nothing listens here: the direct PUT fails, the SDK's too
+    s = S3Store.from_url(BASE + f"&endpoint=http://127.0.0.1:{port}")
+    assert s._puts is not None  # noqa: SLF001
+    try:
+        with pytest.raises(StoreError):
+            await s.put_if_absent("k", [b"data"])
+        assert s._puts is not None  # noqa: SLF001 - a connection failure does not turn it off
+    finally:
+        await s.close()
+
+
+def test_checksum_header_is_the_crc32c_of_the_concatenation() -> None:
+    import base64
+
+    import crc32c
+
+    from segments.s3_direct_put import checksum_header
+    from segments.store import Buffer
+
+    whole = crc32c.crc32c(b"hello world!")
+    parts: list[Buffer] = [b"hello ", memoryview(b"world"), bytearray(b"!")]
+    assert base64.b64decode(checksum_header(parts)) == whole.to_bytes(4, "big")
