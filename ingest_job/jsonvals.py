@@ -117,7 +117,7 @@ def _parse(
             obj = _loads(raw)
         except ValueError:
             try:  # orjson is stricter (NaN, lone surrogates): the standard parser decides
-                obj = json.loads(raw)
+                obj = _std_loads(raw)
             except (ValueError, UnicodeDecodeError) as exc:
                 dead.append((i, f"offset {offsets[i]}: invalid JSON: {exc}"))
                 continue
@@ -128,12 +128,35 @@ def _parse(
     return parsed, dead
 
 
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _std_loads(raw: bytes) -> object:
+    """The standard parser, refusing a top-level key or string value holding a lone
+    surrogate (an unpaired ``\\ud800`` escape, or its CESU-8 bytes, which ``json.loads``
+    reads too): it has no UTF-8 form, so no Arrow string column can hold it. Nested
+    values are kept as JSON text, where ``json.dumps`` escapes it again."""
+    obj = json.loads(raw)
+    if isinstance(obj, dict):
+        for key, val in obj.items():
+            if not _utf8(key) or (isinstance(val, str) and not _utf8(val)):
+                raise ValueError("lone surrogate in a string (no UTF-8 form)")
+    return obj
+
+
 def _fast_loads() -> Callable[[bytes], object]:
     """orjson's parser when installed (several times faster), else the standard one."""
     try:
         import orjson
     except ImportError:
-        return json.loads
+        return _std_loads
     return orjson.loads
 
 
