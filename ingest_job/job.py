@@ -39,7 +39,7 @@ from ingest_job.model import (
     WorkUnit,
     WrittenFile,
 )
-from ingest_job.task import dead_letter_table, run_unit, table_name_for
+from ingest_job.task import dead_letter_table, freeze_worker_heap, run_unit, table_name_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -187,6 +187,30 @@ class _Progress:
         )
 
 
+#: work units per Spark task beyond one task per core (a task's retry redoes them all)
+UNITS_PER_TASK = 4
+
+
+def task_groups(units: Sequence[WorkUnit], slots: int) -> list[list[WorkUnit]]:
+    """The units as Spark tasks: one task per core, or more so that a task holds about
+    UNITS_PER_TASK units; balanced by bytes (the largest unit into the lightest task).
+
+    Each Spark task has a fixed cost (scheduling, the Python worker's hand-off: ~40 ms of
+    CPU, and a gap between waves of tasks), so units beyond one per core run inside the
+    tasks rather than as further waves (docs/benchmarks.md, "Ingest").
+    """
+    if not units:
+        return []
+    count = min(len(units), max(slots, 1, -(-len(units) // UNITS_PER_TASK)))
+    groups: list[list[WorkUnit]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for unit in sorted(units, key=lambda u: (-u.size, u.unit_id)):
+        i = min(range(count), key=lambda j: (loads[j], len(groups[j])))
+        groups[i].append(unit)
+        loads[i] += unit.size
+    return [sorted(g, key=lambda u: u.unit_id) for g in groups]
+
+
 def _run_spark(
     spark: SparkSession,
     spec: TaskSpec,
@@ -200,21 +224,27 @@ def _run_spark(
     acc_bytes = sc.accumulator(0)
     acc_units = sc.accumulator(0)
 
-    def task(unit: WorkUnit) -> UnitResult:
+    def task(group: list[WorkUnit]) -> list[UnitResult]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        res = run_unit(spec_b.value, unit, ctx.attemptNumber() if ctx else 0)
-        acc_records.add(res.records)
-        acc_bytes.add(res.segment_bytes)
-        acc_units.add(1)
-        return res
+        out = []
+        for unit in group:
+            res = run_unit(spec_b.value, unit, ctx.attemptNumber() if ctx else 0)
+            acc_records.add(res.records)
+            acc_bytes.add(res.segment_bytes)
+            acc_units.add(1)
+            out.append(res)
+        freeze_worker_heap()
+        return out
 
     box: dict[str, Any] = {}
+    groups = task_groups(units, sc.defaultParallelism)
 
     def collect() -> None:
         try:
-            box["results"] = sc.parallelize(list(units), len(units)).map(task).collect()
+            found = sc.parallelize(groups, len(groups)).map(task).collect()
+            box["results"] = sorted((r for rs in found for r in rs), key=lambda r: r.unit_id)
         except BaseException as exc:  # re-raised on the driver thread below
             box["error"] = exc
 

@@ -82,7 +82,8 @@ def coerce(value: object, kind: str) -> tuple[object, bool]:
 class JsonColumns:
     """The parse of one batch of values."""
 
-    rows: list[int] = field(default_factory=list)  # indices of rows that parsed
+    # indices of rows that parsed (a range when all did: no Python int per row)
+    rows: list[int] | range = field(default_factory=list)
     # name -> (kind, values); the values are empty when ``arrow`` holds the columns
     # (parse_json_array's fast path builds no Python values)
     columns: dict[str, tuple[str, list[object]]] = field(default_factory=dict)
@@ -204,7 +205,7 @@ def parse_json_array(
         return parse_json_values(values.to_pylist(), offsets.to_pylist(), known)
     kinds, arrow = fast
     return JsonColumns(
-        rows=list(range(len(values))),
+        rows=range(len(values)),
         columns={n: (kind, []) for n, kind in kinds.items()},
         arrow=arrow,
     )
@@ -243,6 +244,7 @@ def parse_json_values(
                 f"field {name!r} seen as {', '.join(sorted(ks))}: stored as string"
             )
     cols: dict[str, list[object]] = {name: [] for name in kinds}
+    kept: list[int] = []
     for i, obj in parsed:
         row: dict[str, object] = {}
         bad = None
@@ -263,9 +265,10 @@ def parse_json_values(
         if bad is not None:
             out.dead.append((i, bad))
             continue
-        out.rows.append(i)
+        kept.append(i)
         for name, vals in cols.items():
             vals.append(row.get(name))
+    out.rows = kept
     out.dead.sort()
     out.columns = {name: (kinds[name], vals) for name, vals in cols.items()}
     return out
