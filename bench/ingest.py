@@ -24,6 +24,13 @@ values are Avro in the Confluent wire format, their schema registered in the emb
 metadata store's registry); the limit then is pyarrow writing the committed table's
 columns (read back from Iceberg) from memory, split like the job's files.
 
+Also printed: the CPU seconds of the driver, the JVM and the Python workers during each
+timed ingest (``/proc``) beside the limit's CPU, the load average through the pairs,
+Spark's fixed cost per job (an empty job of as many tasks as the ingest's, after each
+pair; it is part of the ingest's figures) and the one-off costs left out of them
+(SparkSession start, the warm-up run that starts the Python workers). ``--records
+4000000`` shows the same job where Spark's per-job cost is amortized over more data.
+
 ``--compare-python`` then runs the same ingest again (same data, another namespace) in a
 new Spark context whose workers use the pure-Python record decoder and no native
 columnar helpers (``KAFSCALE_PURE_PYTHON=1``: JSON values joined in Python, Avro decoded
@@ -61,8 +68,8 @@ from broker.meta.schema import (  # noqa: E402
     topic_key,
 )
 from ingest_job import columnar  # noqa: E402
-from ingest_job.job import IngestConfig, run_ingest, task_groups  # noqa: E402
-from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units  # noqa: E402
+from ingest_job.job import IngestConfig, run_ingest  # noqa: E402
+from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units, task_groups  # noqa: E402
 from ingest_job.task import PROFILE_ENV, parquet_options, read_unit  # noqa: E402
 from protocol import fastrecords  # noqa: E402
 from protocol.compression import Compression  # noqa: E402

@@ -26,7 +26,7 @@ from pyiceberg.io import load_file_io
 
 from ingest_job import catalog as cat
 from ingest_job.files import list_files
-from ingest_job.manifest import DEFAULT_UNIT_BYTES, Plan, load_logs, plan_units
+from ingest_job.manifest import DEFAULT_UNIT_BYTES, Plan, load_logs, plan_units, task_groups
 from ingest_job.model import (
     NEWEST_PROPERTY,
     Destination,
@@ -39,7 +39,8 @@ from ingest_job.model import (
     WorkUnit,
     WrittenFile,
 )
-from ingest_job.task import dead_letter_table, freeze_worker_heap, run_unit, table_name_for
+from ingest_job.task import dead_letter_table, run_unit, table_name_for
+from ingest_job.worker_setup import freeze_heap, tune_allocator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -187,30 +188,6 @@ class _Progress:
         )
 
 
-#: work units per Spark task beyond one task per core (a task's retry redoes them all)
-UNITS_PER_TASK = 4
-
-
-def task_groups(units: Sequence[WorkUnit], slots: int) -> list[list[WorkUnit]]:
-    """The units as Spark tasks: one task per core, or more so that a task holds about
-    UNITS_PER_TASK units; balanced by bytes (the largest unit into the lightest task).
-
-    Each Spark task has a fixed cost (scheduling, the Python worker's hand-off: ~40 ms of
-    CPU, and a gap between waves of tasks), so units beyond one per core run inside the
-    tasks rather than as further waves (docs/benchmarks.md, "Ingest").
-    """
-    if not units:
-        return []
-    count = min(len(units), max(slots, 1, -(-len(units) // UNITS_PER_TASK)))
-    groups: list[list[WorkUnit]] = [[] for _ in range(count)]
-    loads = [0] * count
-    for unit in sorted(units, key=lambda u: (-u.size, u.unit_id)):
-        i = min(range(count), key=lambda j: (loads[j], len(groups[j])))
-        groups[i].append(unit)
-        loads[i] += unit.size
-    return [sorted(g, key=lambda u: u.unit_id) for g in groups]
-
-
 def _run_spark(
     spark: SparkSession,
     spec: TaskSpec,
@@ -227,6 +204,7 @@ def _run_spark(
     def task(group: list[WorkUnit]) -> list[UnitResult]:
         from pyspark import TaskContext
 
+        tune_allocator()
         ctx = TaskContext.get()
         out = []
         for unit in group:
@@ -235,7 +213,7 @@ def _run_spark(
             acc_bytes.add(res.segment_bytes)
             acc_units.add(1)
             out.append(res)
-        freeze_worker_heap()
+        freeze_heap()
         return out
 
     box: dict[str, Any] = {}

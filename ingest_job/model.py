@@ -66,7 +66,7 @@ class Gap:
 @dataclass(frozen=True, slots=True)
 class WorkUnit:
     """Consecutive segments of one partition, offsets ``[start, end)``: one output file set;
-    one or more units make a Spark task (``ingest_job.job.task_groups``)."""
+    one or more units make a Spark task (``ingest_job.manifest.task_groups``)."""
 
     unit_id: int
     topic: str

@@ -363,28 +363,6 @@ def profiled(name: str, fn: Callable[..., T], *args: Any) -> T:
         prof.dump_stats(os.path.join(out_dir, f"{name}-{os.getpid()}.prof"))
 
 
-_frozen = False
-
-
-def freeze_worker_heap() -> None:
-    """Once per Python worker, after its first task: move every object alive now (nearly
-    all of them the modules and classes that pyarrow, pyiceberg and pyspark imported) to
-    the garbage collector's permanent generation.
-
-    PySpark's daemon runs ``gc.collect()`` after every task of a reused worker, and each
-    one walked those ~100k objects: ~50 ms of CPU per task, a fifth of the Parquet
-    limit's time for 1M records (docs/benchmarks.md, "Ingest"). Later garbage is
-    collected as before; what is frozen is what the worker keeps anyway.
-    """
-    global _frozen
-    if not _frozen:
-        import gc
-
-        gc.collect()  # garbage of the imports is not kept
-        gc.freeze()
-        _frozen = True
-
-
 def run_unit(spec: TaskSpec, unit: WorkUnit, attempt: int = 0) -> UnitResult:
     """Decode one unit and write its files; returns what the driver needs to commit.
 

@@ -1,8 +1,8 @@
-"""Work units grouped into Spark tasks (``ingest_job.job.task_groups``)."""
+"""Work units grouped into Spark tasks (``ingest_job.manifest.task_groups``)."""
 
 from __future__ import annotations
 
-from ingest_job.job import UNITS_PER_TASK, task_groups
+from ingest_job.manifest import UNITS_PER_TASK, task_groups
 from ingest_job.model import SegmentRef, WorkUnit
 
 
