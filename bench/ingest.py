@@ -24,6 +24,13 @@ values are Avro in the Confluent wire format, their schema registered in the emb
 metadata store's registry); the limit then is pyarrow writing the committed table's
 columns (read back from Iceberg) from memory, split like the job's files.
 
+Also printed: the CPU seconds of the driver, the JVM and the Python workers during each
+timed ingest (``/proc``) beside the limit's CPU, the load average through the pairs,
+Spark's fixed cost per job (an empty job of as many tasks as the ingest's, after each
+pair; it is part of the ingest's figures) and the one-off costs left out of them
+(SparkSession start, the warm-up run that starts the Python workers). ``--records
+4000000`` shows the same job where Spark's per-job cost is amortized over more data.
+
 ``--compare-python`` then runs the same ingest again (same data, another namespace) in a
 new Spark context whose workers use the pure-Python record decoder and no native
 columnar helpers (``KAFSCALE_PURE_PYTHON=1``: JSON values joined in Python, Avro decoded
@@ -62,7 +69,7 @@ from broker.meta.schema import (  # noqa: E402
 )
 from ingest_job import columnar  # noqa: E402
 from ingest_job.job import IngestConfig, run_ingest  # noqa: E402
-from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units  # noqa: E402
+from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units, task_groups  # noqa: E402
 from ingest_job.task import PROFILE_ENV, parquet_options, read_unit  # noqa: E402
 from protocol import fastrecords  # noqa: E402
 from protocol.compression import Compression  # noqa: E402
@@ -163,10 +170,16 @@ def _limit(data: str, topic: str, out_dir: str, unit_bytes: int) -> tuple[float,
         for u in plan.units
     ]
     rows = sum(t.num_rows for t in tables)
+    LIMIT_CPU[0] = time.process_time()
     start = time.perf_counter()
     for i, t in enumerate(tables):
         pq.write_table(t, f"{out_dir}/limit-{i}.parquet", **parquet_options(t.schema))
+    LIMIT_CPU[0] = time.process_time() - LIMIT_CPU[0]
     return time.perf_counter() - start, rows
+
+
+#: the CPU seconds of the last limit's writes
+LIMIT_CPU = [0.0]
 
 
 def _limit_table(data: str, namespace: str, out_dir: str, units: int) -> tuple[float, int]:
@@ -176,23 +189,74 @@ def _limit_table(data: str, namespace: str, out_dir: str, units: int) -> tuple[f
     tbl = open_catalog(None, data).load_table((namespace, "bench")).scan().to_arrow()
     step = -(-tbl.num_rows // max(units, 1))
     parts = [tbl.slice(i, step).combine_chunks() for i in range(0, tbl.num_rows, step)]
+    LIMIT_CPU[0] = time.process_time()
     start = time.perf_counter()
     for i, t in enumerate(parts):
         pq.write_table(t, f"{out_dir}/limit-{i}.parquet", **parquet_options(t.schema))
+    LIMIT_CPU[0] = time.process_time() - LIMIT_CPU[0]
     return time.perf_counter() - start, tbl.num_rows
 
 
-def _ingest(spark: object, base: dict[str, object], namespace: str, warm_up: bool = True) -> float:
-    """Warm-up run then the timed run of topic "bench" into ``namespace``; seconds."""
+def _ingest(
+    spark: object, base: dict[str, object], namespace: str, warm_up: bool = True
+) -> tuple[float, dict[str, float]]:
+    """Warm-up run then the timed run of topic "bench" into ``namespace``: (seconds, CPU
+    seconds of the driver, the JVM and the Python workers during the timed run)."""
     if warm_up:
+        start = time.perf_counter()
         warm = IngestConfig(topics=("warmup",), namespace=namespace, **base)  # type: ignore[arg-type]
         run_ingest(warm, spark, say=lambda s: None)  # type: ignore[arg-type]
+        ONE_OFF["warm-up run (Python workers start, imports)"] = time.perf_counter() - start
+    before = tree_cpu()
     start = time.perf_counter()
     cfg = IngestConfig(topics=("bench",), namespace=namespace, **base)  # type: ignore[arg-type]
     summary = run_ingest(cfg, spark, say=print)  # type: ignore[arg-type]
     secs = time.perf_counter() - start
-    print("phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in summary.phases.items()))
-    return secs if summary.rows else float("nan")
+    after = tree_cpu()
+    cpu = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    print(
+        "phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in summary.phases.items())
+        + "; CPU " + ", ".join(f"{k} {v:.2f}s" for k, v in cpu.items())
+        + f"; load {os.getloadavg()[0]:.1f}"
+    )  # fmt: skip
+    return (secs if summary.rows else float("nan")), cpu
+
+
+#: one-off costs of the run (seconds), reported apart from the figures
+ONE_OFF: dict[str, float] = {}
+
+
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process ("driver"), the JVM it started
+    and the JVM's Python workers (live processes only: the reused workers live on)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    out = {"driver": 0.0, "JVM": 0.0, "Python workers": 0.0}
+    tree, todo = [], [os.getpid()]
+    while todo:
+        tree.append(todo.pop())
+        for kids in glob.glob(f"/proc/{tree[-1]}/task/*/children"):  # any thread's
+            try:
+                with open(kids) as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                pass
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                name, _, rest = f.read().rpartition(")")
+        except OSError:
+            continue
+        kind = "driver" if pid == os.getpid() else "JVM" if "java" in name else "Python workers"
+        out[kind] += sum(int(v) for v in rest.split()[11:13]) / tck
+    return out
+
+
+def _empty_job(spark: object, tasks: int) -> float:
+    """Seconds of a Spark job of ``tasks`` tasks doing nothing (Spark's fixed cost)."""
+    sc = spark.sparkContext  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    sc.parallelize(list(range(tasks)), tasks).map(lambda x: x).collect()
+    return time.perf_counter() - start
 
 
 def _print_profile(prof_dir: str, top: int = 25) -> None:
@@ -242,7 +306,9 @@ def main() -> int:
         if args.profile:
             os.makedirs(args.profile, exist_ok=True)
             os.environ[PROFILE_ENV] = os.path.abspath(args.profile)
+        start = time.perf_counter()
         spark = get_spark("local[2]")
+        ONE_OFF["SparkSession start (JVM)"] = time.perf_counter() - start
         spark.sparkContext.setLogLevel("ERROR")
         base = dict(
             store_url=f"file://{data}/segments",
@@ -258,9 +324,11 @@ def main() -> int:
             prof.enable()
         limit_dir = f"{work}/limit"
         os.makedirs(limit_dir)
-        units = len(plan_units(asyncio.run(load_logs("embedded", data, "/kafscale", ["bench"],
-                                                     "default")), {}, None,
-                               args.unit_bytes).units)  # fmt: skip
+        planned = plan_units(asyncio.run(load_logs("embedded", data, "/kafscale", ["bench"],
+                                                   "default")), {}, None,
+                             args.unit_bytes).units  # fmt: skip
+        units = len(planned)
+        tasks = len(task_groups(planned, spark.sparkContext.defaultParallelism))
 
         def limit(i: int) -> tuple[float, int]:
             out = f"{limit_dir}/{i}"
@@ -271,14 +339,20 @@ def main() -> int:
 
         # ingest and limit alternate, so that each pair shares the machine's load
         pairs: list[tuple[float, float]] = []
+        cpus: list[tuple[dict[str, float], float]] = []
+        empty: list[float] = []
+        loads = [os.getloadavg()[0]]
         for i in range(args.repeat):
             ns = "kafscale" if i == 0 else f"kafscale_r{i}"  # the same work, a new table
-            secs = _ingest(spark, base, ns, warm_up=i == 0)
+            secs, cpu = _ingest(spark, base, ns, warm_up=i == 0)
             if i == 0 and prof is not None:
                 prof.disable()
                 prof.dump_stats(os.path.join(args.profile, "driver.prof"))
             lim, rows = limit(i)
+            cpus.append((cpu, LIMIT_CPU[0]))
             pairs.append((secs, lim))
+            empty.append(_empty_job(spark, tasks))
+            loads.append(os.getloadavg()[0])
         ingest_s = min(p[0] for p in pairs)
         limit_s = min(p[1] for p in pairs)
         spark.stop()
@@ -287,7 +361,7 @@ def main() -> int:
             os.environ.pop(PROFILE_ENV, None)
             spark = get_spark("local[2]", conf={"spark.executorEnv.KAFSCALE_PURE_PYTHON": "1"})
             spark.sparkContext.setLogLevel("ERROR")
-            python_s = _ingest(spark, base, "kafscale_py")
+            python_s, _cpu = _ingest(spark, base, "kafscale_py")
             spark.stop()
     finally:
         if not args.keep:
@@ -309,6 +383,22 @@ def main() -> int:
             + ", ".join(f"({a:.2f}, {b:.2f})" for a, b in pairs)
             + f"; median pair ratio {ratios[len(ratios) // 2]:.1%}"
         )
+    print(f"load average (1 min) through the pairs: {', '.join(f'{x:.1f}' for x in loads)}")
+    job_cpu, lim_cpu = min(cpus, key=lambda c: sum(c[0].values()))
+    print(
+        f"CPU of the leanest ingest run: {sum(job_cpu.values()):.2f}s ("
+        + ", ".join(f"{k} {v:.2f}s" for k, v in job_cpu.items())
+        + f"); the limit's CPU that pair: {lim_cpu:.2f}s"
+    )
+    empty.sort()
+    print(
+        f"Spark's fixed cost per job (in the figures): an empty job of {tasks} tasks "
+        f"({units} units) {empty[len(empty) // 2]:.2f}s (median of {len(empty)})"
+    )
+    print(
+        "one-off costs (not in the figures): "
+        + ", ".join(f"{k} {v:.2f}s" for k, v in ONE_OFF.items())
+    )
     if python_s is not None:
         print(_run_line("ingest with the pure-Python decoder", rows, mb, python_s))
         print(f"ratio (pure-Python decoder) ingest/limit: {limit_s / python_s:.1%}")

@@ -26,7 +26,7 @@ from pyiceberg.io import load_file_io
 
 from ingest_job import catalog as cat
 from ingest_job.files import list_files
-from ingest_job.manifest import DEFAULT_UNIT_BYTES, Plan, load_logs, plan_units
+from ingest_job.manifest import DEFAULT_UNIT_BYTES, Plan, load_logs, plan_units, task_groups
 from ingest_job.model import (
     NEWEST_PROPERTY,
     Destination,
@@ -40,6 +40,7 @@ from ingest_job.model import (
     WrittenFile,
 )
 from ingest_job.task import dead_letter_table, run_unit, table_name_for
+from ingest_job.worker_setup import freeze_heap, tune_allocator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -200,21 +201,28 @@ def _run_spark(
     acc_bytes = sc.accumulator(0)
     acc_units = sc.accumulator(0)
 
-    def task(unit: WorkUnit) -> UnitResult:
+    def task(group: list[WorkUnit]) -> list[UnitResult]:
         from pyspark import TaskContext
 
+        tune_allocator()
         ctx = TaskContext.get()
-        res = run_unit(spec_b.value, unit, ctx.attemptNumber() if ctx else 0)
-        acc_records.add(res.records)
-        acc_bytes.add(res.segment_bytes)
-        acc_units.add(1)
-        return res
+        out = []
+        for unit in group:
+            res = run_unit(spec_b.value, unit, ctx.attemptNumber() if ctx else 0)
+            acc_records.add(res.records)
+            acc_bytes.add(res.segment_bytes)
+            acc_units.add(1)
+            out.append(res)
+        freeze_heap()
+        return out
 
     box: dict[str, Any] = {}
+    groups = task_groups(units, sc.defaultParallelism)
 
     def collect() -> None:
         try:
-            box["results"] = sc.parallelize(list(units), len(units)).map(task).collect()
+            found = sc.parallelize(groups, len(groups)).map(task).collect()
+            box["results"] = sorted((r for rs in found for r in rs), key=lambda r: r.unit_id)
         except BaseException as exc:  # re-raised on the driver thread below
             box["error"] = exc
 

@@ -82,7 +82,8 @@ def coerce(value: object, kind: str) -> tuple[object, bool]:
 class JsonColumns:
     """The parse of one batch of values."""
 
-    rows: list[int] = field(default_factory=list)  # indices of rows that parsed
+    # indices of rows that parsed (a range when all did: no Python int per row)
+    rows: list[int] | range = field(default_factory=list)
     # name -> (kind, values); the values are empty when ``arrow`` holds the columns
     # (parse_json_array's fast path builds no Python values)
     columns: dict[str, tuple[str, list[object]]] = field(default_factory=dict)
@@ -117,7 +118,7 @@ def _parse(
             obj = _loads(raw)
         except ValueError:
             try:  # orjson is stricter (NaN, lone surrogates): the standard parser decides
-                obj = json.loads(raw)
+                obj = _std_loads(raw)
             except (ValueError, UnicodeDecodeError) as exc:
                 dead.append((i, f"offset {offsets[i]}: invalid JSON: {exc}"))
                 continue
@@ -128,12 +129,35 @@ def _parse(
     return parsed, dead
 
 
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _std_loads(raw: bytes) -> object:
+    """The standard parser, refusing a top-level key or string value holding a lone
+    surrogate (an unpaired ``\\ud800`` escape, or its CESU-8 bytes, which ``json.loads``
+    reads too): it has no UTF-8 form, so no Arrow string column can hold it. Nested
+    values are kept as JSON text, where ``json.dumps`` escapes it again."""
+    obj = json.loads(raw)
+    if isinstance(obj, dict):
+        for key, val in obj.items():
+            if not _utf8(key) or (isinstance(val, str) and not _utf8(val)):
+                raise ValueError("lone surrogate in a string (no UTF-8 form)")
+    return obj
+
+
 def _fast_loads() -> Callable[[bytes], object]:
     """orjson's parser when installed (several times faster), else the standard one."""
     try:
         import orjson
     except ImportError:
-        return json.loads
+        return _std_loads
     return orjson.loads
 
 
@@ -181,7 +205,7 @@ def parse_json_array(
         return parse_json_values(values.to_pylist(), offsets.to_pylist(), known)
     kinds, arrow = fast
     return JsonColumns(
-        rows=list(range(len(values))),
+        rows=range(len(values)),
         columns={n: (kind, []) for n, kind in kinds.items()},
         arrow=arrow,
     )
@@ -220,6 +244,7 @@ def parse_json_values(
                 f"field {name!r} seen as {', '.join(sorted(ks))}: stored as string"
             )
     cols: dict[str, list[object]] = {name: [] for name in kinds}
+    kept: list[int] = []
     for i, obj in parsed:
         row: dict[str, object] = {}
         bad = None
@@ -240,9 +265,10 @@ def parse_json_values(
         if bad is not None:
             out.dead.append((i, bad))
             continue
-        out.rows.append(i)
+        kept.append(i)
         for name, vals in cols.items():
             vals.append(row.get(name))
+    out.rows = kept
     out.dead.sort()
     out.columns = {name: (kinds[name], vals) for name, vals in cols.items()}
     return out

@@ -65,7 +65,8 @@ class Gap:
 
 @dataclass(frozen=True, slots=True)
 class WorkUnit:
-    """One Spark task: consecutive segments of one partition, offsets ``[start, end)``."""
+    """Consecutive segments of one partition, offsets ``[start, end)``: one output file set;
+    one or more units make a Spark task (``ingest_job.manifest.task_groups``)."""
 
     unit_id: int
     topic: str

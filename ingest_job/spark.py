@@ -12,6 +12,13 @@ if TYPE_CHECKING:
 
 DEFAULT_MASTER = "local[*]"
 
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: for a local-mode JVM this module starts (unless ``conf`` sets JAVA_OPTIONS): its JIT
+#: stops at C1. The ingest job's JVM only schedules tasks (the data stays in the Python
+#: workers), and C2's background compiling cost it ~0.5 s of CPU per 1M-record run
+#: against ~0.1 s, CPU the workers share 2 cores with (docs/benchmarks.md, "Ingest").
+LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
 
 def _project_root() -> str:
     """The directory holding the ``ingest_job`` package (workers must import it)."""
@@ -41,7 +48,10 @@ def get_spark(
     if active is not None:
         return active
     builder = SparkSession.builder.appName(app_name)
-    for key, value in (conf or {}).items():
+    settings = dict(conf or {})
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and (master or DEFAULT_MASTER).startswith("local"):
+        settings.setdefault(JAVA_OPTIONS, LOCAL_JAVA_OPTIONS)  # a JVM we start here
+    for key, value in settings.items():
         builder = builder.config(key, value)
     if master:
         builder = builder.master(master)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -39,7 +39,13 @@ from ingest_job.model import (
 )
 from ingest_job.txns import is_aborted
 from segments.format import CorruptSegmentError, iter_segment_batches
-from segments.store import ObjectNotFoundError, PreconditionFailedError, StoreError, open_store
+from segments.store import (
+    Buffer,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StoreError,
+    open_store,
+)
 from segments.validate import validate_segment
 
 log = logging.getLogger(__name__)
@@ -70,9 +76,10 @@ def dead_letter_table(table: str) -> str:
 FETCH_CONCURRENCY = 4
 
 
-async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes]) -> None:
+async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[Buffer]) -> None:
     """Fill ``out`` with the segments' bytes, in order (up to FETCH_CONCURRENCY reads at
-    once).
+    once), through the store's read-path ``get_buffer`` where it has one (the local store
+    maps the file's pages instead of copying them: docs/benchmarks.md, "Ingest").
 
     The bytes are not the coroutine's result on purpose: in a Spark worker (main thread)
     ``asyncio.run`` looks up the SIGINT handler it installed, a partial holding the done
@@ -80,12 +87,13 @@ async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes])
     included: a full ``repr`` of every segment, which cost half of the task's time.
     """
     store = open_store(store_url)
-    slots: list[bytes] = [b""] * len(segs)
+    get = getattr(store, "get_buffer", store.get)
+    slots: list[Buffer] = [b""] * len(segs)
     gate = asyncio.Semaphore(FETCH_CONCURRENCY)
 
     async def one(i: int, seg: SegmentRef) -> None:
         async with gate:
-            slots[i] = await _get_segment(store, seg)
+            slots[i] = await _get_segment(get, seg)
 
     try:
         done = await asyncio.gather(
@@ -99,9 +107,9 @@ async def _fetch(store_url: str, segs: tuple[SegmentRef, ...], out: list[bytes])
     out.extend(slots)
 
 
-async def _get_segment(store: Any, seg: SegmentRef) -> bytes:
+async def _get_segment(get: Callable[..., Awaitable[Buffer]], seg: SegmentRef) -> Buffer:
     try:
-        data: bytes = await store.get(seg.key, if_match=seg.etag or None)
+        data = await get(seg.key, if_match=seg.etag or None)
     except ObjectNotFoundError as exc:
         raise CorruptInputError(
             f"segment object {seg.key} ({seg.topic}/{seg.partition} offsets "
@@ -117,7 +125,7 @@ async def _get_segment(store: Any, seg: SegmentRef) -> bytes:
     return data
 
 
-def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
+def decode_unit(unit: WorkUnit, datas: list[Buffer]) -> Columns:
     """Validate every segment of ``unit`` and decode its records in ``[start, end)``.
 
     All segments' batches go to the decoder in one call: one Arrow chunk per unit, which
@@ -155,7 +163,7 @@ def decode_unit(unit: WorkUnit, datas: list[bytes]) -> Columns:
 
 def read_unit(store_url: str, unit: WorkUnit) -> Columns:
     """Fetch, validate and decode one work unit (the ``kafs`` data source uses it too)."""
-    datas: list[bytes] = []
+    datas: list[Buffer] = []
     asyncio.run(_fetch(store_url, unit.segments, datas))
     return decode_unit(unit, datas)
 

@@ -153,6 +153,43 @@ async def test_json_schema_evolution_and_dead_letters(spark: SparkSession, env: 
     assert "invalid JSON" in dead[0]["error"] and "type conflict" in dead[1]["error"]
 
 
+async def test_json_lone_surrogate_is_one_dead_letter(spark: SparkSession, env: KafsEnv) -> None:
+    """A JSON string with an unpaired surrogate escape (valid JSON, but no UTF-8 text) in
+    a value or a key goes to the dead-letter table; the rest of the unit is committed."""
+    (w,) = await env.topic("sur")
+    await w.append(
+        [
+            b'{"user": "a", "n": 1}',
+            b'{"user": "x\\ud800y", "n": 2}',
+            b'{"\\udc00": 1, "n": 3}',
+            b'{"user": "\\ud83d\\ude00", "n": 4, "deep": {"s": "\\ud800"}}',
+            b'{"user": "b\xed\xa0\x80", "n": 5}',
+            b'{"user": "c", "n": 6}',
+        ]
+    )
+    cfg = _cfg(env, ("sur",), value_format="json", partition_by="none")
+    s = await _ingest(spark, cfg)
+    assert (s.rows, s.dead_letters) == (3 + 3, 3)  # 3 rows + 3 dead letters committed
+    catalog = cat.open_catalog(None, str(env.data_dir))
+    rows = (
+        catalog.load_table(("kafscale", "sur"))
+        .scan()
+        .to_arrow()
+        .select(["offset", "user", "n", "deep"])
+    )
+    got = sorted(rows.to_pylist(), key=lambda r: r["offset"])
+    assert got == [
+        {"offset": 0, "user": "a", "n": 1, "deep": None},
+        {"offset": 3, "user": "\U0001f600", "n": 4, "deep": '{"s":"\\ud800"}'},
+        {"offset": 5, "user": "c", "n": 6, "deep": None},
+    ]
+    dead = catalog.load_table(("kafscale", "sur_dead_letters")).scan().to_arrow().to_pylist()
+    dead.sort(key=lambda r: r["offset"])
+    assert [r["offset"] for r in dead] == [1, 2, 4]
+    assert all("invalid JSON" in r["error"] and "surrogate" in r["error"] for r in dead)
+    assert cat.table_offsets(catalog.load_table(("kafscale", "sur"))) == {("sur", 0): 6}
+
+
 async def test_one_table_capped_runs_add_up_exactly_once(spark: SparkSession, env: KafsEnv) -> None:
     a = await env.topic("a", 2)
     b = await env.topic("b", 1)

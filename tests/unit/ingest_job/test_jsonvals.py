@@ -2,7 +2,16 @@ from __future__ import annotations
 
 import json
 
-from ingest_job.jsonvals import coerce, column_name, kind_of, merge_kinds, parse_json_values
+import pyarrow as pa
+
+from ingest_job.jsonvals import (
+    coerce,
+    column_name,
+    kind_of,
+    merge_kinds,
+    parse_json_array,
+    parse_json_values,
+)
 
 
 def _vals(*objs: object) -> list[bytes | None]:
@@ -63,3 +72,26 @@ def test_kinds_and_coercion_rules() -> None:
     assert coerce(3, "double") == (3.0, True)
     assert coerce({"a": 1}, "string") == ('{"a":1}', True)
     assert coerce(None, "boolean") == (None, True)
+
+
+def test_lone_surrogates_are_dead_letters_not_failures() -> None:
+    """Unpaired surrogate escapes (in a value or a key; or CESU-8 bytes, which the
+    standard parser reads as one) have no UTF-8 form: that record is a dead letter."""
+    vals: list[bytes | None] = [
+        b'{"s": "ok", "n": 1}',
+        b'{"s": "x\\ud800", "n": 2}',
+        b'{"\\udfff": 1}',
+        b'{"s": "\xed\xa0\x80"}',
+        b'{"s": "\\ud83d\\ude00", "o": {"t": "\\ud800"}}',
+    ]
+    for js in (
+        parse_json_values(vals, [10, 11, 12, 13, 14], {}),
+        parse_json_array(pa.array(vals, pa.binary()), pa.array([10, 11, 12, 13, 14]), {}),
+    ):
+        assert js.rows == [0, 4]
+        assert [i for i, _ in js.dead] == [1, 2, 3]
+        assert all("surrogate" in reason for _, reason in js.dead)
+        assert "offset 11" in js.dead[0][1]
+        arrays = dict(js.arrays())
+        assert arrays["s"].to_pylist() == ["ok", "\U0001f600"]
+        assert arrays["o"].to_pylist() == [None, '{"t":"\\ud800"}']
