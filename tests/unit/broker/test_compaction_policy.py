@@ -31,7 +31,8 @@ from protocol.compression import Compression
 from protocol.errors import ErrorCode
 from protocol.records import build_batch, decode_batch
 from protocol.validate import BatchRejected
-from segments.format import iter_segment_batches, validate_segment
+from segments.format import iter_segment_batches
+from segments.validate import validate_segment
 
 
 def seg(base: int, last: int, size: int = 100, ts: int = 0, cleaned: Any = ()) -> SegmentMeta:
