@@ -32,9 +32,9 @@ from segments.format import (
     object_name,
     parse_object_name,
     partition_prefix,
-    validate_segment,
 )
 from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore, open_store
+from segments.validate import validate_segment
 from tests.fixtures.inprocess import local_config
 
 TOPIC = "maint"
