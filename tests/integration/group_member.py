@@ -83,7 +83,7 @@ def run_kafka_python(a: argparse.Namespace, out: Out, stop: threading.Event) -> 
         from kafka import ConsumerRebalanceListener, KafkaConsumer
         from kafka.structs import OffsetAndMetadata
 
-    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    class Listener(ConsumerRebalanceListener):
         def on_partitions_revoked(self, revoked: Any) -> None:
             out.parts("V", [tp.partition for tp in revoked])
 
@@ -113,7 +113,7 @@ async def run_aiokafka(a: argparse.Namespace, out: Out, stop: threading.Event) -
     from aiokafka import AIOKafkaConsumer
     from aiokafka.abc import ConsumerRebalanceListener
 
-    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    class Listener(ConsumerRebalanceListener):
         async def on_partitions_revoked(self, revoked: Any) -> None:
             out.parts("V", [tp.partition for tp in revoked])
 

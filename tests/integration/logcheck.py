@@ -55,7 +55,7 @@ class PartitionState:
     keys: list[str] = field(default_factory=list)  # their segment object keys
 
 
-async def _read_meta(backend: Backend, topic: str, partition: int) -> tuple[dict, list]:  # type: ignore[type-arg]
+async def _read_meta(backend: Backend, topic: str, partition: int) -> tuple[dict, list]:
     meta = open_meta(backend.meta_url, backend.data_dir, backend.meta_prefix, read_only=True)
     try:
         end = await meta.get(f"/logs/{topic}/{partition}/end")

@@ -55,8 +55,9 @@ def read_partition(bootstrap: str, topic: str) -> list[Row]:
             m = c.poll(0.5)
             if m is None:
                 continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF and out and out[-1][0] >= high - 1:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF and out and out[-1][0] >= high - 1:
                     break
                 continue
             out.append((int(m.offset() or 0), m.key(), m.value()))
@@ -152,7 +153,7 @@ def test_keyed_updates_compact_to_the_last_value_per_key(
                 wait(
                     broker,
                     f"a compaction pass after round {r}",
-                    lambda n=produced: sum(e["records"] for e in be.manifest(topic)) < n,
+                    lambda n=produced: sum(e["records"] for e in be.manifest(topic)) < n,  # type: ignore[misc]
                 )
         p.produce(topic, key=b"marker", value=b"end", on_delivery=dr)
         assert p.flush(TIMEOUT) == 0

@@ -50,7 +50,7 @@ def active(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveGroup]:
         create_topic(broker.bootstrap, topic, PARTITIONS)
         produce(broker.bootstrap, topic, PARTITIONS, 30)
         member = start_member("confluent", broker.bootstrap, topic, group, work, "m")
-        wait_until(lambda: len(member.records()) == 30, 60, "30 records consumed")  # type: ignore[union-attr]
+        wait_until(lambda: len(member.records()) == 30, 60, "30 records consumed")
         wait_until(
             lambda: committed(broker.bootstrap, group) == {0: 10, 1: 10, 2: 10}, 30, "commits"
         )

@@ -110,7 +110,7 @@ def test_find_and_truncate_a_poisoned_partition(etcd_url: str, tmp_path: Path) -
             while len(got) < 7 and time.monotonic() < deadline:
                 m = c.poll(0.5)
                 if m is not None and m.error() is None:
-                    got.append((m.offset(), m.value() or b""))
+                    got.append((int(m.offset() or 0), m.value() or b""))
             values = [b"good-%d" % (i // 2) for i in range(6)] + [b"after"]
             assert got == list(enumerate(values))
         finally:

@@ -68,7 +68,9 @@ def consume_all(
                 continue
             idle = 0
             assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.offset(), msg.value()))
+            part, off, val = msg.partition(), msg.offset(), msg.value()
+            assert part is not None and off is not None and val is not None
+            got.append((part, off, val))
         return sorted(got)
     finally:
         c.close()

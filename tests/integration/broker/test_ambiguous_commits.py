@@ -105,7 +105,7 @@ async def node(
             meta_prefix=f"/amb-{uuid.uuid4().hex[:8]}",
         )
     meta = FlakyMeta(open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix))
-    b = Broker(cfg, meta=meta)  # type: ignore[arg-type]
+    b = Broker(cfg, meta=meta)
     await b.start()
     await b.topics.create(TOPIC, 1)
     b.logs.committer.resolve_s = 0.5

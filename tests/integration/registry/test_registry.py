@@ -208,7 +208,7 @@ def test_references_avro(client: SchemaRegistryClient, url: str) -> None:
         subject, Schema(json.dumps(person), "AVRO", [SchemaReference("x.Addr", addr, 1)])
     )
     got = client.get_schema(sid)
-    assert [(r.name, r.subject, r.version) for r in got.references] == [("x.Addr", addr, 1)]
+    assert [(r.name, r.subject, r.version) for r in got.references or []] == [("x.Addr", addr, 1)]
     code, body = http("GET", f"{url}/subjects/{addr}/versions/1/referencedby")
     assert (code, body) == (200, [sid])
     # without the reference the type is unknown: invalid schema
@@ -278,10 +278,16 @@ def test_python_schema_registry_client(url: str) -> None:
     subject = _subject("pyclient")
     v1 = pyschema.AvroSchema(AVRO_V1)
     sid = client.register(subject, v1)
-    assert client.get_by_id(sid).raw_schema["name"] == "Order"
+    by_id, latest, checked = (
+        client.get_by_id(sid),
+        client.get_schema(subject),
+        client.check_version(subject, v1),
+    )
+    assert by_id is not None and latest is not None and checked is not None
+    assert by_id.raw_schema["name"] == "Order"
     assert client.get_versions(subject) == [1]
-    assert client.get_schema(subject).schema_id == sid
-    assert client.check_version(subject, v1).version == 1
+    assert latest.schema_id == sid
+    assert checked.version == 1
     assert client.test_compatibility(subject, pyschema.AvroSchema(AVRO_V2)) is True
     assert client.test_compatibility(subject, pyschema.AvroSchema(AVRO_V3)) is False
     assert client.update_compatibility("FULL", subject)

@@ -67,7 +67,7 @@ def world(secure_broker: SecureBroker) -> Iterator[World]:
         )
         for u, pw in users.items()
     ]
-    for fut in admin.alter_user_scram_credentials(ups, request_timeout=TIMEOUT).values():
+    for fut in admin.alter_user_scram_credentials(list[Any](ups), request_timeout=TIMEOUT).values():
         fut.result(TIMEOUT)
     carol, dave = (f"User:{u}" for u in users)
     w = World(secure_broker, f"az-{tag}", f"az-hidden-{tag}", f"azg-{tag}", f"azd-{tag}", users)

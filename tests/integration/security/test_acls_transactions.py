@@ -99,7 +99,7 @@ def txw(secure_broker: SecureBroker) -> Iterator[Txw]:
         )
         for u, pw in users.items()
     ]
-    for fut in admin.alter_user_scram_credentials(ups, request_timeout=TIMEOUT).values():
+    for fut in admin.alter_user_scram_credentials(list[Any](ups), request_timeout=TIMEOUT).values():
         fut.result(TIMEOUT)
     w = Txw(secure_broker, f"txid-{tag}", f"tx-{tag}", f"tx-other-{tag}", f"txg-{tag}", users)
     create_topics(admin, w.topic, w.other_topic)

@@ -203,6 +203,10 @@ def test_commands_are_dispatched_with_the_rest_of_the_arguments(
     seen: list[tuple[str, list[str]]] = []
     import segments.inspect
 
-    monkeypatch.setattr(segments.inspect, "main", lambda a: seen.append(("inspect", a)) or 3)
+    def inspect_main(a: list[str]) -> int:
+        seen.append(("inspect", a))
+        return 3
+
+    monkeypatch.setattr(segments.inspect, "main", inspect_main)
     assert cli.main(["segments", "inspect", "x.kfs", "--flag"]) == 3
     assert seen == [("inspect", ["x.kfs", "--flag"])]

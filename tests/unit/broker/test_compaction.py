@@ -62,8 +62,10 @@ async def append(logs: LogManager, recs: list[Any], **kw: Any) -> None:
     await res.done
 
 
-async def read_records(logs: LogManager, lg: PartitionLog) -> list[tuple[int, bytes, Any]]:
-    out: list[tuple[int, bytes, Any]] = []
+async def read_records(
+    logs: LogManager, lg: PartitionLog
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    out: list[tuple[int, bytes | None, bytes | None]] = []
     offset = 0
     while offset < lg.hw:
         views = await logs.read(lg, offset, 1 << 20)
@@ -168,7 +170,7 @@ async def test_producer_state_delete_records_and_list_offsets_after_compaction(
     await b.start()
     try:
         await b.topics.create(TOPIC, 1, configs=COMPACT)
-        pid = {"producer_id": 5, "producer_epoch": 0}
+        pid: dict[str, Any] = {"producer_id": 5, "producer_epoch": 0}
         ab: list[Any] = [(b"a", b"1", []), (b"b", b"1", [])]
         await append(b.logs, ab, base_sequence=0, timestamps=[100, 101], **pid)
         await append(b.logs, ab, base_sequence=2, timestamps=[200, 201], **pid)  # 2..3
@@ -439,7 +441,7 @@ def test_passes_of_the_compactor_leave_the_last_value_per_key(
         try:
             await b.topics.create(TOPIC, 1, configs=COMPACT)
             await b.logs.get(TOPIC, 0)  # taken first: the take is a larger transaction
-            b.meta.max_txn_ops = txn_ops  # type: ignore[misc]
+            b.meta.max_txn_ops = txn_ops
             last: dict[bytes, tuple[int, bytes | None]] = {}
             offset = 0
             for ops in segments:

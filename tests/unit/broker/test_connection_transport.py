@@ -153,7 +153,7 @@ async def test_admission_pauses_reading_until_answers_go_out(broker: Broker) -> 
     conn, transport = connect(broker)
     try:
         req = MetadataRequest[9](topics=[(f"topic-{i}", []) for i in range(8)])
-        req.allow_auto_topic_creation = False  # type: ignore[attr-defined]
+        req.allow_auto_topic_creation = False
         data = request(req, 9, 5)
         assert len(data) > broker.config.connection_inflight_bytes
         feed(conn, data, 1 << 20)

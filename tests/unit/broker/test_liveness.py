@@ -39,7 +39,7 @@ class HangingRefresh:
 
 async def test_a_refresh_in_flight_is_visible_until_it_returns(meta: MetaStore) -> None:
     store = HangingRefresh(meta)
-    cluster = Cluster(store, BrokerConfig(lease_ttl_s=1))  # type: ignore[arg-type]
+    cluster = Cluster(store, BrokerConfig(lease_ttl_s=1))
     await cluster.start()
     try:
         async with asyncio.timeout(30):

@@ -359,7 +359,7 @@ async def test_read_that_loses_its_segment_to_a_merge_retries(node: Broker) -> N
     await produce(node.logs, 8)
     lg = await node.logs.get(TOPIC, 0)
     pausing = PausingStore(node.logs.store)
-    node.logs.store = pausing  # type: ignore[assignment]
+    node.logs.store = pausing
     node.logs.cache.clear()
     pausing.hold_key = node.logs.object_key(lg, lg.segments[3])
     assert lg.segments[3].base == 6

@@ -4,6 +4,8 @@ which order, with bounded labels, exported through prometheus-client."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,7 +46,7 @@ def _hdr(key: int, version: int) -> RequestHeader:
 
 async def test_pipelined_requests_are_timed_in_order_and_deferred_waits_counted() -> None:
     t = Telemetry()
-    rec = RequestRecorder(t, routes=ROUTES)
+    rec = RequestRecorder(t, routes=cast(Mapping[int, Any], ROUTES))
     conn = rec.connection()
     conn.opened()
     conn.arrived(100)
@@ -87,7 +89,7 @@ async def test_pipelined_requests_are_timed_in_order_and_deferred_waits_counted(
 
 def test_made_up_keys_and_versions_share_one_label_set() -> None:
     t = Telemetry()
-    rec = RequestRecorder(t, routes=ROUTES)
+    rec = RequestRecorder(t, routes=cast(Mapping[int, Any], ROUTES))
     conn = rec.connection()
     for key, version in [(999, 0), (ApiKey.PRODUCE, 99), (5000, 7), (ApiKey.METADATA, 13)]:
         conn.arrived(10)

@@ -158,7 +158,7 @@ async def test_prepare_reads_a_layout_in_the_background_once(tmp_path: Path) -> 
     windows.prepare("t/0/big", seg, index)  # known now: nothing to do
     assert calls == 1 and not windows._preparing  # noqa: SLF001
 
-    async def failing() -> list[IndexEntry]:
+    async def failing() -> tuple[list[IndexEntry], int]:
         raise OSError("index unavailable")
 
     other = SegmentMeta(300, 400, seg.size, 1, -1, seg.etag, "t/0/other")

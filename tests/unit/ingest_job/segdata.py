@@ -121,8 +121,8 @@ def rows_of(table_rows: Sequence[dict[str, object]]) -> list[Rec]:
     out = []
     for r in table_rows:
         ts = r["timestamp"]
-        ms = int(ts.timestamp() * 1000) if hasattr(ts, "timestamp") else int(ts) // 1000  # type: ignore[union-attr, call-overload]
-        hdrs = tuple((h["key"], h["value"]) for h in (r.get("headers") or []))  # type: ignore[union-attr, index, attr-defined]
+        ms = int(ts.timestamp() * 1000) if hasattr(ts, "timestamp") else int(ts) // 1000  # type: ignore[call-overload]
+        hdrs = tuple((h["key"], h["value"]) for h in (r.get("headers") or []))  # type: ignore[attr-defined]
         out.append(
             Rec(
                 str(r["topic"]),

@@ -52,6 +52,6 @@ async def test_ingest_reads_a_compacted_partition(tmp_path: Path) -> None:
     (unit,) = plan.units
     dest = Destination("t", f"file://{tmp_path}/out", ((("t", 0), 0),))
     spec = TaskSpec("run1", cfg.store_url, "raw", "none", True, None, None, (), (dest,))
-    res = await asyncio.to_thread(run_unit, spec, unit)
-    rows = [r for f in res.files for r in pq.read_table(f.path[len("file://") :]).to_pylist()]
+    done = await asyncio.to_thread(run_unit, spec, unit)
+    rows = [r for f in done.files for r in pq.read_table(f.path[len("file://") :]).to_pylist()]
     assert [(r["offset"], r["value"]) for r in rows] == [(15 + k, b"v3-%d" % k) for k in range(5)]

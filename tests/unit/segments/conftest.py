@@ -67,5 +67,5 @@ def make_segment(
 
 
 @pytest.fixture
-def segment_factory():  # type: ignore[no-untyped-def]
+def segment_factory():
     return make_segment

@@ -17,7 +17,11 @@ def test_sizes_round_trip(tmp_path: Path, size: int) -> None:
     data = os.urandom(size)
     k = min(7, size)
     m = max(k, size // 2)
-    parts = [data[:k], memoryview(data)[k:m], bytearray(data[m:])]
+    parts: list[bytes | bytearray | memoryview] = [
+        data[:k],
+        memoryview(data)[k:m],
+        bytearray(data[m:]),
+    ]
     got = write_direct(str(tmp_path / "obj"), parts)
     if got is None:
         pytest.skip("this filesystem does not take O_DIRECT")

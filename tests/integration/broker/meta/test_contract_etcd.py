@@ -19,7 +19,7 @@ from tests.unit.broker.meta.test_contract import Opener
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
+@pytest.fixture  # type: ignore[no-redef]  # the contract's fixture, on etcd
 async def backend(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[tuple[MetaStore, Opener]]:

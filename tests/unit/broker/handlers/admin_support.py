@@ -29,7 +29,7 @@ class AdminCaller:
         body = memoryview(bytes(request.encode(version=version)))
         decoded = decode_request(key, version, body)
         header = RequestHeader(key, version, 1, "test", 0)
-        ctx = RequestContext(broker=self._broker, header=header)  # type: ignore[arg-type]
+        ctx = RequestContext(broker=self._broker, header=header)
         response = await handler(ctx, decoded)
         raw = bytes(response.encode(version=version))
         return response_class(key).decode(raw, version=version)
