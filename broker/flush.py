@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_CYCLES_IN_FLIGHT = 2
-JOIN_OFF_LOOP_BYTES = 1 << 20
 
 Job = tuple[PartitionLog, list[PendingBatch]]
 Done = tuple[PartitionLog, list[PendingBatch], SegmentMeta]
@@ -74,7 +73,10 @@ class Flusher:
     def appended(self, lg: PartitionLog, nbytes: int) -> None:
         """Tell the flusher ``lg`` has new data (called after PartitionLog.append)."""
         self._dirty.add(lg)
-        if lg.pending_bytes >= self.config.flush_bytes:
+        # no cycle in flight: nothing to batch with but the appends of this loop pass,
+        # which the flusher task takes too (it runs after them); waiting out the flush
+        # interval would only add to the round trip (docs/benchmarks.md, "Round 3")
+        if lg.pending_bytes >= self.config.flush_bytes or not self._cycles:
             self._wake.set()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(
@@ -190,12 +192,12 @@ class Flusher:
             built = build_segment(
                 base, [p.view for p in pend], int(time.time() * 1000), self.config.index_interval
             )
-            # one copy: the store body and the tail cache. bytes.join drops the GIL for
-            # large joins, so big segments are joined off the event loop
-            if built.size >= JOIN_OFF_LOOP_BYTES:
-                data = await asyncio.to_thread(b"".join, built.buffers)
-            else:
-                data = b"".join(built.buffers)
+            # one copy: the store body and the tail cache. Joined on the event loop's
+            # thread (bytes.join drops the GIL past 1 MiB): its allocation comes from the
+            # main heap, where the memory of evicted segments is reused; a worker thread's
+            # arena handed out fresh pages (faulted and zeroed) for every segment
+            # (docs/benchmarks.md, "Round 3: produce profile")
+            data = b"".join(built.buffers)
             name = lg.new_object_name(base, built.last_offset)
             key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
             faults.checkpoint("flush.before_put")
