@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_CYCLES_IN_FLIGHT = 2
+JOIN_OFF_LOOP_BYTES = 1 << 20
 
 Job = tuple[PartitionLog, list[PendingBatch]]
 Done = tuple[PartitionLog, list[PendingBatch], SegmentMeta]
@@ -192,12 +193,13 @@ class Flusher:
             built = build_segment(
                 base, [p.view for p in pend], int(time.time() * 1000), self.config.index_interval
             )
-            # one copy: the store body and the tail cache. Joined on the event loop's
-            # thread (bytes.join drops the GIL past 1 MiB): its allocation comes from the
-            # main heap, where the memory of evicted segments is reused; a worker thread's
-            # arena handed out fresh pages (faulted and zeroed) for every segment
-            # (docs/benchmarks.md, "Round 3: produce profile")
-            data = b"".join(built.buffers)
+            # one copy: the store body and the tail cache. bytes.join drops the GIL for
+            # large joins, so big segments are joined off the event loop (from the one
+            # malloc arena, broker/cli_broker.py: the memory of evicted segments is reused)
+            if built.size >= JOIN_OFF_LOOP_BYTES:
+                data = await asyncio.to_thread(b"".join, built.buffers)
+            else:
+                data = b"".join(built.buffers)
             name = lg.new_object_name(base, built.last_offset)
             key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
             faults.checkpoint("flush.before_put")
