@@ -332,11 +332,11 @@ def _fixed_mmap_threshold() -> None:
     the ~1 MB request frames and the segments of flush cycles and merges (up to 16 MiB),
     are reused from the heap instead of page-faulted fresh each time (paired A/B:
     idempotent produce 5.4 -> 3.6 ms/MB with 4 MiB; plain produce segments of 4-8 MiB
-    still cost 256 faults per MB until 32 MiB, "Round 3"); free heap above 32 MiB is
-    trimmed. One arena for every thread: a segment joined in a worker thread came from
-    that thread's arena, fresh pages every time. glibc's floating threshold grew the RSS
-    ~100 MiB past the configured buffers under sustained load (docs/benchmarks.md,
-    "Round 2b")."""
+    still cost 256 faults per MB until 32 MiB); free heap above 32 MiB is trimmed. One
+    arena for every thread: a segment joined in a worker thread came from that thread's
+    arena, fresh pages every time (docs/benchmarks.md, "Round 3: produce profile").
+    glibc's floating threshold grew the RSS ~100 MiB past the configured buffers under
+    sustained load ("Round 2b")."""
     try:
         import ctypes
 

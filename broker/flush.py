@@ -76,7 +76,8 @@ class Flusher:
         self._dirty.add(lg)
         # no cycle in flight: nothing to batch with but the appends of this loop pass,
         # which the flusher task takes too (it runs after them); waiting out the flush
-        # interval would only add to the round trip (docs/benchmarks.md, "Round 3")
+        # interval would only add to the round trip (docs/benchmarks.md, "Round 3: produce
+        # profile")
         if lg.pending_bytes >= self.config.flush_bytes or not self._cycles:
             self._wake.set()
         elif self._timer is None:
