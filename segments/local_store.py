@@ -137,6 +137,15 @@ def _record_etag(fd: int, st: os.stat_result, etag: str) -> None:
         pass
 
 
+def _drop_cached(fd: int) -> None:
+    """Drop a durable file's (clean) pages from the page cache; only advice: a file
+    system that does not take it loses nothing."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -237,7 +246,7 @@ class LocalStore:
                 _record_etag(fd, st, etag)
                 os.fsync(fd)
                 if self.drop_cache:  # clean now: its pages go back for the next write
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    _drop_cached(fd)
             finally:
                 os.close(fd)
             try:
