@@ -6,7 +6,7 @@ paired differences say more than two medians taken minutes apart (docs/benchmark
 "Round 2b").
 
     python -m bench.broker_ab --base-tree DIR [--rounds 10] [--messages 30000]
-                              [--modes idem,plain,paced]
+                              [--modes idem,plain,paced] [--local-arg=--FLAG=V ...]
 
 ``paced``: idempotent at 2,000 msg/s (at most 6,000 messages), p99 and p50 per trial.
 """
@@ -72,12 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--messages", type=int, default=30_000)
     p.add_argument("--modes", default="idem,plain", help="idem, plain and/or paced")
+    p.add_argument("--local-arg", action="append", default=[],
+                   help="extra broker flag for this tree's broker only (e.g. the base tree "
+                        "= this tree, to A/B one setting)")  # fmt: skip
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-"))
     limits = BrokerLimits()
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(base_target(workdir / "base", args.base_tree, limits, []))
-        new = stack.enter_context(broker_target("local", workdir / "local", None, limits, []))
+        new = stack.enter_context(
+            broker_target("local", workdir / "local", None, limits, args.local_arg)
+        )
         for t in (base, new):  # warm up: imports, producer ids, the first segment
             _trial(t, "idem", 2000)
         for mode in args.modes.split(","):

@@ -321,23 +321,29 @@ def config_from_args(argv: Sequence[str]) -> tuple[BrokerConfig, str]:
 
 M_TRIM_THRESHOLD = -1  # glibc mallopt parameters
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+M_ARENA_MAX = -8
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 TRIM_THRESHOLD_BYTES = 32 * 1024 * 1024
 
 
 def _fixed_mmap_threshold() -> None:
-    """Fix glibc's thresholds instead of letting them float: blocks above 4 MiB get their
-    own mmap (returned to the OS when freed); smaller ones, the ~1 MB request frames and
-    segments, are reused from the heap instead of page-faulted fresh each time (paired
-    A/B: idempotent produce 5.4 -> 3.6 ms/MB); free heap above 32 MiB is trimmed. glibc's
-    floating threshold grew the RSS ~100 MiB past the configured buffers under sustained
-    load (docs/benchmarks.md, "Round 2b")."""
+    """Fix glibc's thresholds instead of letting them float: blocks above 32 MiB (glibc's
+    largest threshold) get their own mmap (returned to the OS when freed); smaller ones,
+    the ~1 MB request frames and the segments of flush cycles and merges (up to 16 MiB),
+    are reused from the heap instead of page-faulted fresh each time (paired A/B:
+    idempotent produce 5.4 -> 3.6 ms/MB with 4 MiB; plain produce segments of 4-8 MiB
+    still cost 256 faults per MB until 32 MiB); free heap above 32 MiB is trimmed. One
+    arena for every thread: a segment joined in a worker thread came from that thread's
+    arena, fresh pages every time (docs/benchmarks.md, "Round 3: produce profile").
+    glibc's floating threshold grew the RSS ~100 MiB past the configured buffers under
+    sustained load ("Round 2b")."""
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
         libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+        libc.mallopt(M_ARENA_MAX, 1)
     except (OSError, AttributeError):  # not glibc: nothing to tune
         pass
 

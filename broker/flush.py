@@ -74,7 +74,11 @@ class Flusher:
     def appended(self, lg: PartitionLog, nbytes: int) -> None:
         """Tell the flusher ``lg`` has new data (called after PartitionLog.append)."""
         self._dirty.add(lg)
-        if lg.pending_bytes >= self.config.flush_bytes:
+        # no cycle in flight: nothing to batch with but the appends of this loop pass,
+        # which the flusher task takes too (it runs after them); waiting out the flush
+        # interval would only add to the round trip (docs/benchmarks.md, "Round 3: produce
+        # profile")
+        if lg.pending_bytes >= self.config.flush_bytes or not self._cycles:
             self._wake.set()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(
@@ -191,7 +195,8 @@ class Flusher:
                 base, [p.view for p in pend], int(time.time() * 1000), self.config.index_interval
             )
             # one copy: the store body and the tail cache. bytes.join drops the GIL for
-            # large joins, so big segments are joined off the event loop
+            # large joins, so big segments are joined off the event loop (from the one
+            # malloc arena, broker/cli_broker.py: the memory of evicted segments is reused)
             if built.size >= JOIN_OFF_LOOP_BYTES:
                 data = await asyncio.to_thread(b"".join, built.buffers)
             else:

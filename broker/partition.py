@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.meta.schema import SegmentMeta, end_json
-from broker.producers import INT32_MAX, ProducerState
-from protocol.batch import BatchHeader, set_base_offset, set_leader_epoch
+from broker.producers import INT32_MAX, BatchRecord, ProducerState
+from protocol.batch import BatchHeader, patch_batch
 from protocol.errors import ErrorCode
 from segments.format import object_name
 
@@ -126,34 +126,27 @@ class PartitionLog:
         """Assign offsets to one validated v2 batch and buffer it (synchronous)."""
         if self.state != ACTIVE:
             return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        pid = header.producer_id
-        if pid >= 0 and header.base_sequence >= 0:
-            last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
-            err, dup = self.producers.check(
-                pid, header.producer_epoch, header.base_sequence, last_seq
-            )
+        pid, first_seq = header.producer_id, header.base_sequence
+        idempotent = pid >= 0 and first_seq >= 0
+        if idempotent:  # the one extra step of the idempotent path: a lookup per batch
+            last_seq = last_sequence(first_seq, header.last_offset_delta)
+            err, dup, entry = self.producers.admit(pid, header.producer_epoch, first_seq, last_seq)
             if err != ErrorCode.NONE:
                 return AppendResult(err)
             if dup is not None:
                 return AppendResult(ErrorCode.NONE, dup.base_offset, dup.done)
         base = self.next_offset
-        set_base_offset(view, base)
-        set_leader_epoch(view, self.epoch)
+        patch_batch(view, base, header.batch_length, self.epoch)
         self.next_offset = base + header.last_offset_delta + 1
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         if not self.pending:
-            self.pending_since = asyncio.get_running_loop().time()
+            self.pending_since = loop.time()
         self.pending.append(PendingBatch(header, view, base, fut))
         self.pending_bytes += len(view)
-        if pid >= 0 and header.base_sequence >= 0:
-            self.producers.record(
-                pid,
-                header.producer_epoch,
-                header.base_sequence,
-                last_sequence(header.base_sequence, header.last_offset_delta),
-                base,
-                fut,
-            )
+        if idempotent:
+            batch = BatchRecord(first_seq, last_seq, base, fut)
+            self.producers.track(pid, entry, header.producer_epoch, batch)
         return AppendResult(ErrorCode.NONE, base, fut)
 
     def take_pending(self) -> list[PendingBatch]:

@@ -41,6 +41,29 @@ def _next_seq(seq: int) -> int:
     return 0 if seq == INT32_MAX else seq + 1
 
 
+def classify(
+    entry: ProducerEntry | None, epoch: int, first_seq: int, last_seq: int
+) -> tuple[ErrorCode, BatchRecord | None]:
+    """A batch against its producer's entry: (NONE, None) = append it; (NONE, record) =
+    a duplicate of ``record``; otherwise the error to answer with."""
+    if entry is None:
+        return ErrorCode.NONE, None
+    if epoch != entry.epoch:
+        if epoch < entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH, None
+        return ErrorCode.NONE if first_seq == 0 else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+    batches = entry.batches
+    if not batches:
+        return ErrorCode.NONE, None
+    last = batches[-1]
+    if first_seq == _next_seq(last.last_seq):  # the usual case: the next batch in order
+        return ErrorCode.NONE, None
+    for rec in batches:
+        if rec.first_seq == first_seq and rec.last_seq == last_seq:
+            return ErrorCode.NONE, rec
+    return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+
+
 class ProducerState:
     """Sequence bookkeeping of one partition."""
 
@@ -54,28 +77,29 @@ class ProducerState:
     ) -> tuple[ErrorCode, BatchRecord | None]:
         """Classify a batch: (NONE, None) = append it; (NONE, record) = duplicate of
         ``record``; otherwise the error to answer with."""
+        return classify(self._producers.get(producer_id), epoch, first_seq, last_seq)
+
+    def admit(
+        self, producer_id: int, epoch: int, first_seq: int, last_seq: int
+    ) -> tuple[ErrorCode, BatchRecord | None, ProducerEntry | None]:
+        """``check`` that also hands back the producer's entry, for ``track``: the
+        append path's one lookup per batch."""
         entry = self._producers.get(producer_id)
-        if entry is None:
-            return ErrorCode.NONE, None
-        if epoch < entry.epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH, None
-        if epoch > entry.epoch:
-            return (
-                (ErrorCode.NONE, None)
-                if first_seq == 0
-                else (
-                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    None,
-                )
-            )
-        for rec in entry.batches:
-            if rec.first_seq == first_seq and rec.last_seq == last_seq:
-                return ErrorCode.NONE, rec
-        if not entry.batches:
-            return ErrorCode.NONE, None
-        if first_seq != _next_seq(entry.batches[-1].last_seq):
-            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
-        return ErrorCode.NONE, None
+        err, dup = classify(entry, epoch, first_seq, last_seq)
+        return err, dup, entry
+
+    def track(
+        self,
+        producer_id: int,
+        entry: ProducerEntry | None,
+        epoch: int,
+        batch: BatchRecord,
+    ) -> None:
+        """Record an appended batch under the entry ``admit`` returned (no lookup)."""
+        if entry is None or epoch != entry.epoch:
+            entry = ProducerEntry(epoch)
+            self._producers[producer_id] = entry
+        entry.batches.append(batch)
 
     def record(
         self,

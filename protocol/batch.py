@@ -125,6 +125,15 @@ def set_leader_epoch(batch: memoryview | bytearray, epoch: int) -> None:
     _I.pack_into(batch, 12, epoch)
 
 
+_PATCH = struct.Struct(">qii")
+
+
+def patch_batch(batch: memoryview | bytearray, offset: int, length: int, epoch: int) -> None:
+    """Patch baseOffset and partitionLeaderEpoch in place in one call, rewriting the
+    batch's own ``batchLength`` (``length``) between them; none is covered by the CRC."""
+    _PATCH.pack_into(batch, 0, offset, length, epoch)
+
+
 def set_log_append_time(batch: memoryview | bytearray, timestamp_ms: int) -> None:
     """Mark the batch LogAppendTime with ``timestamp_ms`` as its max timestamp and fix
     the CRC (these fields are covered by it), as Kafka does for such topics."""

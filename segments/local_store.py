@@ -27,6 +27,14 @@ written before this change keeps its recorded MD5 ETag, and an ``If-Match`` with
 (``segments/direct_io.py``); off by default: it saves system CPU on writes but leaves
 nothing in the page cache for readers of segments evicted from the broker's cache.
 
+A written object's pages are dropped from the page cache right after its ``fsync``
+(``POSIX_FADV_DONTNEED``; clean by then, so nothing is lost or written twice): the broker
+keeps what it just wrote in its own segment cache, and on the project's VM a buffered
+write into ever new page-cache pages cost 3-3.7 ms of system CPU per MB (and 4.5-7 ms of
+wall time per 1 MB PUT) against 0.5-0.6 ms when the pages freed by the previous PUT are
+reused (docs/benchmarks.md, "Round 3: produce profile"). Readers of evicted segments
+read the disk instead. ``KAFSCALE_KEEP_PAGE_CACHE=1`` keeps the pages (the old way).
+
 ETags are also recorded on the file itself, in the extended attribute
 ``user.kafscale.etag`` as ``"<etag> <mtime_ns> <size>"``, so another process (a Spark
 task checking ``If-Match``) gets them without re-hashing the object; the attribute only
@@ -129,6 +137,15 @@ def _record_etag(fd: int, st: os.stat_result, etag: str) -> None:
         pass
 
 
+def _drop_cached(fd: int) -> None:
+    """Drop a durable file's (clean) pages from the page cache; only advice: a file
+    system that does not take it loses nothing."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -141,6 +158,8 @@ class LocalStore:
     def __init__(self, root: str, direct_io: bool = False) -> None:
         self.root = os.path.abspath(root)
         self.direct_io = direct_io  # new objects written with O_DIRECT (segments/direct_io.py)
+        # written objects leave the page cache once durable (KAFSCALE_KEEP_PAGE_CACHE=1: not)
+        self.drop_cache = os.environ.get("KAFSCALE_KEEP_PAGE_CACHE", "0") != "1"
         os.makedirs(self.root, exist_ok=True)
         self._etags: dict[_StatKey, str] = {}
 
@@ -226,6 +245,8 @@ class LocalStore:
                 etag = crc_etag(crc, st.st_size)
                 _record_etag(fd, st, etag)
                 os.fsync(fd)
+                if self.drop_cache:  # clean now: its pages go back for the next write
+                    _drop_cached(fd)
             finally:
                 os.close(fd)
             try:

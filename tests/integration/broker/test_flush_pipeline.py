@@ -150,3 +150,35 @@ async def test_cycle_after_a_failed_one_fails_instead_of_leaving_a_gap(node: Bro
     await d.done
     assert lg.hw == 4 and await manifest_bases(node) == [0, 2]
     assert await values(node, lg) == [b"c-0", b"c-1", b"d-0", b"d-1"]
+
+
+async def test_an_idle_flusher_starts_at_once_a_busy_one_batches(tmp_path: Path) -> None:
+    """No cycle in flight: an append is flushed at once, not after the flush interval
+    (here 60 s); while a cycle is in flight, the next append waits for the interval."""
+    b = Broker(local_config(tmp_path, flush_interval_ms=60_000))
+    await b.start()
+    try:
+        await b.topics.create(TOPIC, 1)
+        lg = await b.logs.get(TOPIC, 0)
+        store = gate(b, 2)  # the second segment's PUT is held
+        a = append(b, lg, "a")
+        async with asyncio.timeout(20):  # far less than the interval
+            assert a.done is not None
+            await a.done
+            await b.logs.flusher.idle()  # its cycle task has ended too
+        first = append(b, lg, "b")  # idle again: its cycle starts at once
+        async with asyncio.timeout(20):
+            await store.entered.wait()
+        later = append(b, lg, "c")  # a cycle is in flight: batched, behind the interval
+        store.release.set()
+        assert first.done is not None and later.done is not None
+        async with asyncio.timeout(20):
+            await first.done
+        await asyncio.sleep(0.05)  # give a wrongly started cycle the chance to run
+        assert not later.done.done() and lg.hw == 4 and lg.pending
+        async with asyncio.timeout(20):
+            await b.logs.flush([lg])  # what stop and hand-off do
+        assert later.done.done() and lg.hw == 6 and await manifest_bases(b) == [0, 2, 4]
+    finally:
+        b.logs.store = getattr(b.logs.store, "inner", b.logs.store)
+        await b.stop()

@@ -1,0 +1,71 @@
+"""``LocalStore.put_if_absent`` drops a written object's pages from the page cache once it
+is durable (``KAFSCALE_KEEP_PAGE_CACHE=1``: keeps them); the object reads back intact."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+
+from segments.local_store import LocalStore
+
+SIZE = 4 << 20
+
+
+def _resident_pages(path: str) -> int:
+    """Pages of ``path`` in the page cache (mincore(2) over a shared mapping)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    size = os.path.getsize(path)
+    pages = -(-size // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    try:
+        view = (ctypes.c_char * size).from_buffer(mm)
+        vec = (ctypes.c_ubyte * pages)()
+        if libc.mincore(ctypes.addressof(view), size, vec) != 0:
+            pytest.skip(f"mincore failed: errno {ctypes.get_errno()}")
+        del view
+        return sum(v & 1 for v in vec)
+    finally:
+        mm.close()
+
+
+def _drops_clean_pages(tmp_path: Path) -> bool:
+    """Whether this file system drops a fsynced file's pages on POSIX_FADV_DONTNEED
+    (tmpfs keeps them: they are the file)."""
+    probe = tmp_path / "probe"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, os.urandom(SIZE))
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return _resident_pages(str(probe)) < SIZE // mmap.PAGESIZE // 2
+
+
+async def test_written_objects_leave_the_page_cache_unless_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not _drops_clean_pages(tmp_path):
+        pytest.skip("this file system keeps clean pages on POSIX_FADV_DONTNEED (tmpfs?)")
+    data = os.urandom(SIZE)
+    dropping = LocalStore.from_url(f"file://{tmp_path}/drop")
+    assert dropping.drop_cache
+    await dropping.put_if_absent("t/0/seg", [data[: SIZE // 2], data[SIZE // 2 :]])
+    assert _resident_pages(str(tmp_path / "drop/t/0/seg")) < SIZE // mmap.PAGESIZE // 2
+    assert await dropping.get("t/0/seg") == data  # read back from the disk, intact
+
+    monkeypatch.setenv("KAFSCALE_KEEP_PAGE_CACHE", "1")
+    keeping = LocalStore.from_url(f"file://{tmp_path}/keep")
+    assert not keeping.drop_cache
+    await keeping.put_if_absent("t/0/seg", [data])
+    assert _resident_pages(str(tmp_path / "keep/t/0/seg")) > SIZE // mmap.PAGESIZE // 2
+    assert await keeping.get("t/0/seg") == data
