@@ -43,7 +43,7 @@ def _split(batch: bytes) -> tuple[bytes, BatchHeader]:
     return batch[BATCH_HEADER_SIZE:], read_header(batch)
 
 
-def _outcome(fn, *args, **kw):  # type: ignore[no-untyped-def]
+def _outcome(fn, *args, **kw):
     """Result of ``fn`` or the marker of a CORRUPT_MESSAGE error."""
     try:
         return fn(*args, **kw)
@@ -52,7 +52,7 @@ def _outcome(fn, *args, **kw):  # type: ignore[no-untyped-def]
         return "CORRUPT"
 
 
-def _both(batches, start=fastrecords.INT64_MIN, end=fastrecords.INT64_MAX, strict=True):  # type: ignore[no-untyped-def]
+def _both(batches, start=fastrecords.INT64_MIN, end=fastrecords.INT64_MAX, strict=True):
     fast = _outcome(decode_buffers, batches, start, end, strict_utf8=strict)
     slow = _outcome(decode_python, batches, start, end, strict_utf8=strict)
     assert fast == slow

@@ -42,7 +42,7 @@ partition = st.tuples(
 topic = st.tuples(st.text(min_size=1, max_size=20), st.uuids(), st.lists(partition, max_size=3))
 
 
-def _kafka_python(version: int, top: tuple[int, int, int], topics: list) -> bytes:  # type: ignore[type-arg]
+def _kafka_python(version: int, top: tuple[int, int, int], topics: list) -> bytes:
     throttle, error, session = top
     return bytes(
         FetchResponse[version](
@@ -75,7 +75,7 @@ def _kafka_python(version: int, top: tuple[int, int, int], topics: list) -> byte
     )
 
 
-def _ours(version: int, top: tuple[int, int, int], topics: list) -> list:  # type: ignore[type-arg]
+def _ours(version: int, top: tuple[int, int, int], topics: list) -> list:
     data = FetchResponseData(
         *top,
         topics=[
@@ -94,7 +94,7 @@ def _ours(version: int, top: tuple[int, int, int], topics: list) -> list:  # typ
 )
 def test_matches_kafka_python_byte_for_byte(
     version: int, top: tuple[int, int, int], topics: list
-) -> None:  # type: ignore[type-arg]
+) -> None:
     ours = _ours(version, top, topics)
     assert b"".join(bytes(b) for b in ours) == _kafka_python(version, top, topics)
     # every non-empty records chunk is in the output as the same object

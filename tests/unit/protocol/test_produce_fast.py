@@ -33,7 +33,7 @@ partitions = st.lists(st.tuples(st.integers(0, 2**31 - 1), blobs), max_size=4)
 topics = st.lists(st.tuples(names, st.uuids(), partitions), max_size=4)
 
 
-def _kp_request(version: int, txn: str | None, acks: int, timeout: int, tps: list) -> bytes:  # type: ignore[type-arg]
+def _kp_request(version: int, txn: str | None, acks: int, timeout: int, tps: list) -> bytes:
     data = [
         TopicData(
             name=n, topic_id=tid, partition_data=[PartitionData(index=i, records=r) for i, r in ps]
@@ -51,7 +51,7 @@ def _kp_request(version: int, txn: str | None, acks: int, timeout: int, tps: lis
 
 def _expected(
     version: int, txn: str | None, acks: int, timeout: int, tps: list
-) -> ProduceRequestData:  # type: ignore[type-arg]
+) -> ProduceRequestData:
     by_id = version >= 13
     return ProduceRequestData(
         txn if version >= 3 else None,
@@ -62,7 +62,7 @@ def _expected(
                 "" if by_id else n,
                 [ProducePartitionData(i, r) for i, r in ps],
                 tid if by_id else None,
-            )  # type: ignore[arg-type]
+            )
             for n, tid, ps in tps
         ],
     )
@@ -78,7 +78,7 @@ def _expected(
 )
 def test_decode_matches_kafka_python(
     version: int, txn: str | None, acks: int, timeout: int, tps: list
-) -> None:  # type: ignore[type-arg]
+) -> None:
     wire = _kp_request(version, txn, acks, timeout, tps)
     buf = bytearray(wire)
     got = decode_produce(memoryview(buf), version)
@@ -172,7 +172,7 @@ results = st.lists(
     tps=st.lists(st.tuples(names, st.uuids(), results), max_size=3),
     throttle=st.integers(0, 10000),
 )
-def test_response_matches_kafka_python(version: int, tps: list, throttle: int) -> None:  # type: ignore[type-arg]
+def test_response_matches_kafka_python(version: int, tps: list, throttle: int) -> None:
     theirs = ProduceResponse[version](
         responses=[
             TopicResp(

@@ -108,7 +108,7 @@ def test_record_length_lies() -> None:
 
 
 def test_offset_deltas_out_of_order() -> None:
-    recs = [(b"k", b"v", [])] * 2
+    recs: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = [(b"k", b"v", [])] * 2
     batch = bytearray(build_batch(recs, base_timestamp=TS0))
     # record layout: len, attrs, ts delta, offset delta -> 2nd record's offset delta := 0
     first_len = batch[BATCH_HEADER_SIZE] >> 1
@@ -268,7 +268,7 @@ def test_pure_python_scan_agrees_with_the_native_one(batch: bytearray) -> None:
     if hdr.compression or hdr.size > len(batch) or hdr.record_count > 10_000:
         return
     section = bytes(batch[BATCH_HEADER_SIZE : hdr.size])
-    verdicts = []
+    verdicts: list[object] = []
     for scan in (v.scan_records, v._scan_python):
         try:
             verdicts.append(scan(section, hdr.record_count))
