@@ -4,13 +4,15 @@ in the same run (issue 13; docs/benchmarks.md).
 
 ``python -m bench.cold_read [--messages N] [--base-tree DIR] [--broker-arg=--FLAG=V]``:
 starts SeaweedFS (``weed mini``) and a broker on it, produces ``N`` x 1 KiB (acks=all),
-waits for merges, restarts the broker (an empty segment cache), then
+waits for merges, restarts the broker (an empty segment cache), has it take the
+partition (a watermark query: its producer-state rebuild is not measured), then
 
-1. consumes the partition from offset 0 with confluent-kafka: MB/s (of values) and the
-   broker's CPU per MB;
+1. consumes the partition from offset 0 with confluent-kafka: MB/s (of values), the CPU
+   per MB of the broker, the S3 server and the consumer, and the time to the first
+   message;
 2. GETs every segment object of the partition one after another with one boto3 client
    (one stream, whole objects), before and after the consumes: MB/s of object bytes (the
-   mean is the reference).
+   mean is the reference) and the CPU per MB of the S3 server and the client.
 
 With ``--base-tree DIR`` the consume is repeated by a broker run from that source tree
 (before the read-path changes) on the same bucket. Processes are stopped by PID.
