@@ -126,6 +126,7 @@ def _consume(spec: dict[str, Any]) -> dict[str, Any]:
     got = nbytes = errors = rewinds = 0
     window = _window(consumer, topic, partitions)
     start = time.perf_counter()
+    cpu0 = time.process_time()  # the consumer's own CPU (all its threads)
     deadline = start + WORKER_TIMEOUT
     first_at, first_n, first_b = 0.0, 0, 0
     while got < count and time.perf_counter() < deadline:
@@ -142,6 +143,7 @@ def _consume(spec: dict[str, Any]) -> dict[str, Any]:
         if got and not first_at:  # steady state is timed from the first batch on
             first_at, first_n, first_b = time.perf_counter(), got, nbytes
     end = time.perf_counter()
+    cpu = time.process_time() - cpu0
     consumer.close()
     return {
         "messages": got,
@@ -151,6 +153,7 @@ def _consume(spec: dict[str, Any]) -> dict[str, Any]:
         "steady_bytes": nbytes - first_b,
         "steady_seconds": end - first_at if first_at else 0.0,
         "errors": errors,
+        "cpu_seconds": cpu,
         "rewinds": rewinds,
     }
 

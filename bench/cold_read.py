@@ -4,13 +4,15 @@ in the same run (issue 13; docs/benchmarks.md).
 
 ``python -m bench.cold_read [--messages N] [--base-tree DIR] [--broker-arg=--FLAG=V]``:
 starts SeaweedFS (``weed mini``) and a broker on it, produces ``N`` x 1 KiB (acks=all),
-waits for merges, restarts the broker (an empty segment cache), then
+waits for merges, restarts the broker (an empty segment cache), has it take the
+partition (a watermark query: its producer-state rebuild is not measured), then
 
-1. consumes the partition from offset 0 with confluent-kafka: MB/s (of values) and the
-   broker's CPU per MB;
+1. consumes the partition from offset 0 with confluent-kafka: MB/s (of values), the CPU
+   per MB of the broker, the S3 server and the consumer, and the time to the first
+   message;
 2. GETs every segment object of the partition one after another with one boto3 client
    (one stream, whole objects), before and after the consumes: MB/s of object bytes (the
-   mean is the reference).
+   mean is the reference) and the CPU per MB of the S3 server and the client.
 
 With ``--base-tree DIR`` the consume is repeated by a broker run from that source tree
 (before the read-path changes) on the same bucket. Processes are stopped by PID.
@@ -33,12 +35,42 @@ from bench.broker_workers import run_worker
 MSG = 1024
 
 
-def _consume(bootstrap: str, topic: str, n: int, pid: int, fetch: int = 0) -> dict[str, Any]:
-    cpu = cpu_seconds(pid)
+def _consume(
+    bootstrap: str, topic: str, n: int, pid: int, fetch: int = 0, s3_pid: int | None = None
+) -> dict[str, Any]:
+    cpu, s3_cpu = cpu_seconds(pid), cpu_seconds(s3_pid)
     res = run_worker({"bootstrap": bootstrap, "size": MSG, "partitions": 1, "kind": "consume",
                       "topic": topic, "messages": n, "fetch_bytes": fetch})  # fmt: skip
-    res["cpu_ms_per_mb"] = (cpu_seconds(pid) - cpu) * 1000 / (res["bytes"] / 1e6)
+    mb = res["bytes"] / 1e6
+    res["cpu_ms_per_mb"] = (cpu_seconds(pid) - cpu) * 1000 / mb
+    # the other two parties of a cold read, on the same cores: the S3 server's CPU over
+    # the whole worker (its GETs), the consumer's over its timed loop
+    res["s3_ms_per_mb"] = (cpu_seconds(s3_pid) - s3_cpu) * 1000 / mb
+    res["client_ms_per_mb"] = res.get("cpu_seconds", 0.0) * 1000 / mb
     return res
+
+
+def _take(bootstrap: str, topic: str) -> None:
+    """Ask for the partition's watermarks: the restarted broker takes it (and rebuilds
+    its producer state from the newest segments) here, not inside the timed consume's
+    CPU figures (the take was outside its timing already)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-take", "log_level": 3})
+    try:
+        c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    finally:
+        c.close()
+
+
+def _cpu_line(res: dict[str, Any]) -> str:
+    total = res["cpu_ms_per_mb"] + res["s3_ms_per_mb"] + res["client_ms_per_mb"]
+    steady = res["steady_bytes"] / res["steady_seconds"] / 1e6 if res["steady_seconds"] else 0
+    first = res["seconds"] - res["steady_seconds"]
+    return (f"  CPU ms/MB: broker {res['cpu_ms_per_mb']:.1f} + S3 server "
+            f"{res['s3_ms_per_mb']:.1f} + consumer {res['client_ms_per_mb']:.1f} = {total:.1f} "
+            f"(all {os.cpu_count()} cores busy at {(os.cpu_count() or 1) * 1e3 / total:.0f} MB/s); "
+            f"first message after {first * 1000:.0f} ms, {steady:.1f} MB/s from there")  # fmt: skip
 
 
 def _single_stream(endpoint: Any, bucket: str, prefix: str) -> tuple[float, int]:
@@ -53,9 +85,15 @@ def _single_stream(endpoint: Any, bucket: str, prefix: str) -> tuple[float, int]
             sizes += [o["Size"] for o in objs]
         print("segment objects (MB):", " ".join(f"{s / 1e6:.1f}" for s in sizes))
         start, total = time.perf_counter(), 0
+        s3_cpu, own = cpu_seconds(endpoint.pid), time.process_time()
         for key in sorted(keys):
             total += len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-        return total / (time.perf_counter() - start) / 1e6, len(keys)
+        mbs = total / (time.perf_counter() - start) / 1e6
+        s3_ms = (cpu_seconds(endpoint.pid) - s3_cpu) * 1000 / (total / 1e6)
+        own_ms = (time.process_time() - own) * 1000 / (total / 1e6)
+        print(f"  single-stream GET {mbs:.1f} MB/s, CPU ms/MB: S3 server {s3_ms:.1f} + "
+              f"client {own_ms:.1f} = {s3_ms + own_ms:.1f}")  # fmt: skip
+        return mbs, len(keys)
     finally:
         client.close()
 
@@ -97,14 +135,15 @@ def main(argv: list[str] | None = None) -> int:
             run_worker(spec)
             time.sleep(3)  # merges of the small segments (interval 1 s) before the restart
             b.restart()  # an empty segment cache: everything is in S3 only
+            _take(b.bootstrap, "cold")
             gets0, _ = _single_stream(ep, bucket, "bench/")  # before, and after, the consumes
             target = Target("cold", b.bootstrap, b.pid)
             with profiled(target, "consume", args.py_spy):
-                res = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
+                res = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes, ep.pid)
             # the same again: from the cache as far as it holds the partition (all of it
             # with --broker-arg=--cache-bytes=N above the partition's size): the client's
             # and machine's ceiling, in the same run
-            warm = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
+            warm = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes, ep.pid)
         finally:
             b.stop()
         base = None
@@ -115,11 +154,15 @@ def main(argv: list[str] | None = None) -> int:
             bargs = ["--listen", f"127.0.0.1:{port}", "--store", url, *limits]
             bp = BrokerProcess(work / "b", port, bargs, env).start()
             try:
-                base = _consume(bp.bootstrap, "cold", args.messages, bp.pid, args.fetch_bytes)
+                _take(bp.bootstrap, "cold")
+                base = _consume(
+                    bp.bootstrap, "cold", args.messages, bp.pid, args.fetch_bytes, ep.pid
+                )
             finally:
                 bp.stop()
             b.start()  # this tree's broker again, after the base tree's: order effects
             try:
+                _take(b.bootstrap, "cold")
                 res2 = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
             finally:
                 b.stop()
@@ -133,13 +176,16 @@ def main(argv: list[str] | None = None) -> int:
           f"consumes {gets0:.1f}, after {gets1:.1f})")  # fmt: skip
     print(f"cold consume: {mbs:.1f} MB/s = {mbs / gets:.2f} of it, broker CPU "
           f"{res['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+    print(_cpu_line(res))
     wmbs = warm["bytes"] / warm["seconds"] / 1e6
     print(f"the same consume again (cached as far as the cache holds): {wmbs:.1f} MB/s, "
           f"broker CPU {warm['cpu_ms_per_mb']:.1f} ms/MB; cold/again {mbs / wmbs:.2f}")  # fmt: skip
+    print(_cpu_line(warm))
     if base is not None:
         bmbs = base["bytes"] / base["seconds"] / 1e6
         print(f"cold consume, base tree: {bmbs:.1f} MB/s = {bmbs / gets:.2f}, broker CPU "
               f"{base['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+        print(_cpu_line(base))
     return 0
 
 

@@ -114,7 +114,7 @@ class Reader:
                 if attempts > 2 or not await self.check_manifest(lg):
                     raise
                 continue
-            if seg.size <= WHOLE_READ_LIMIT and self.loader.first_read(key):
+            if seg.size <= WHOLE_READ_LIMIT:  # every read: loads follow the reader
                 self.loader.readahead(following())  # (large segments: by their windows)
             if len(view) == 0:  # past the last batch (a compacted segment's gap): read on
                 offset = seg.last + 1
@@ -136,7 +136,9 @@ class Reader:
         one whose layout is known (an unknown one ends them)."""
 
         def pieces() -> Iterator[Piece]:
-            for seg in lg.segments[idx + 1 :]:
+            segs = lg.segments  # (no copy of its tail: this runs on every read)
+            for i in range(idx + 1, len(segs)):
+                seg = segs[i]
                 key = self.object_key(lg, seg)
                 if seg.size <= WHOLE_READ_LIMIT:
                     yield Piece.whole(key, seg)

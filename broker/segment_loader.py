@@ -13,13 +13,16 @@ too large to read whole.
   larger than ``PART`` is fetched as ranged GETs of ``PART`` bytes at once, each with
   ``If-Match`` on the manifest's ETag, and joined; a length that does not match falls
   back to one GET.
-- **Readahead**: the first time a reader is served from a piece, the pieces after it
-  (the rest of the segment's windows, then the following segments) are loaded in the
-  background until ``readahead_bytes`` lie ahead of the reader (at least one piece; the
-  pieces already cached or loading count), so a consumer reading a partition from the
-  start finds the next pieces in the cache, and its GETs overlap with serving it. A
-  failed readahead is dropped silently: the reader that needs the piece loads it again
-  and handles the error as the read path does.
+- **Readahead**: every read tops up the pieces after the one it is served from (the
+  rest of the segment's windows, then the following segments) in the background until
+  ``readahead_bytes`` lie ahead of the reader (at least one piece; the pieces already
+  cached or loading count), so a consumer reading a partition from the start finds the
+  next pieces in the cache, and its GETs overlap with serving it: the loads follow the
+  reader as it moves, and continue into a large segment's windows as soon as its layout
+  is known (docs/benchmarks.md, Round 3: cold reads). A reader that misses starts the
+  readahead after its own load, which concurrent GETs would slow. A failed readahead is
+  dropped silently: the reader that needs the piece loads it again and handles the
+  error as the read path does.
 - **An index per loaded segment**: a whole segment is cached with a sparse index built
   from its batch headers (``sparse_index``), so a fetch from it does not walk its batches
   from the start.
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -44,7 +46,6 @@ PART = 4 * 1024 * 1024  # bytes per ranged GET of a parallel load
 READAHEAD_BYTES = 24 * 1024 * 1024  # bytes kept loading ahead of a reader (at most)
 READAHEAD_CACHE_SHARE = 3  # ... and at most this share of the cache (1/3)
 MAX_BACKGROUND = 8  # readahead loads in flight per broker
-SEEN = 4096  # pieces remembered as read from (readahead starts once per piece)
 INDEX_EVERY = 64 * 1024  # bytes of batches per entry of a loaded segment's index
 
 
@@ -84,7 +85,6 @@ class SegmentLoader:
         self.readahead_bytes = readahead_bytes
         self._loading: dict[str, asyncio.Future[Buffer]] = {}
         self._background = 0
-        self._seen: OrderedDict[str, None] = OrderedDict()
 
     async def load(self, key: str, seg: SegmentMeta, shared: bool = True) -> Buffer:
         """The whole object ``key`` of ``seg`` (not cached yet), inserted into the cache.
@@ -100,15 +100,6 @@ class SegmentLoader:
         if fut is None:
             fut = self._start(piece)
         return await asyncio.shield(fut)
-
-    def first_read(self, cache_key: str) -> bool:
-        """True the first time (of the last ``SEEN``) a reader is served from this piece."""
-        if cache_key in self._seen:
-            return False
-        self._seen[cache_key] = None
-        if len(self._seen) > SEEN:
-            self._seen.popitem(last=False)
-        return True
 
     def budget(self) -> int:
         """Bytes to keep ahead of a reader: ``readahead_bytes``, at most a share of the cache."""

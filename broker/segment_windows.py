@@ -7,7 +7,8 @@ ETag) and cached like a small segment under ``{key}#{start}``. Window boundaries
 batch starts taken from the segment's sparse index (the first indexed batch at or after
 each multiple of ``WINDOW``), so every reader of a segment cuts it the same way and a
 window holds whole batches only. Readers of the same window share its load, and the
-windows after the one a reader is served from are read ahead (``broker/segment_loader``),
+windows after the one a reader is served from are read ahead on every read
+(``broker/segment_loader``),
 so a consumer of a large segment streams it at the store's bandwidth instead of paying
 a GET of the index and a ranged GET for every fetch.
 
@@ -184,9 +185,9 @@ class Windows:
                 data = await self.loader.load_piece(Piece(wkey, key, seg, lo, hi))
             if len(data) != hi - lo:
                 raise CorruptSegmentError(f"{key}: window at {lo} is {len(data)} bytes")
-            if self.loader.first_read(wkey):
-                ahead = self.pieces(key, seg, hi)
-                self.loader.readahead(_chain(ahead, following))
+            # every read tops up the readahead (broker/segment_loader.py): the loads
+            # follow the reader (a miss's after its own load, which they would slow down)
+            self.loader.readahead(_chain(self.pieces(key, seg, hi), following))
             view = slice_window(data, lo, pos, offset, max_bytes)  # type: ignore[arg-type]
             if len(view):
                 return view

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import http.client
 import logging
+import mmap
 import socket
 import ssl
 import threading
@@ -31,6 +32,17 @@ log = logging.getLogger(__name__)
 
 THREADS = 8  # concurrent direct GETs per store (readahead: a few; fetch misses: a few)
 TIMEOUT_S = 60.0  # per socket operation, as botocore's read timeout
+MAP_MIN = 1 << 20  # bodies from this size on are read into an anonymous mapping
+
+
+def _buffer(n: int) -> memoryview:
+    """A writable buffer for a body of ``n`` bytes. From ``MAP_MIN`` on an anonymous
+    mapping populated in one call (GIL released): ``bytearray(n)`` zero-fills fresh pages
+    with the GIL held, a fault per page (docs/benchmarks.md, Round 3: cold reads)."""
+    if n < MAP_MIN:
+        return memoryview(bytearray(n))
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    return memoryview(mmap.mmap(-1, n, flags=flags))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +163,7 @@ class DirectGetter(DirectHTTP):
         if expect is not None and (status != 206 or n != expect):
             resp.read()
             return None
-        view = memoryview(bytearray(n)) if into is None or len(into) != n else into
+        view = _buffer(n) if into is None or len(into) != n else into
         pos = 0
         while pos < n:
             got = resp.readinto(view[pos:])

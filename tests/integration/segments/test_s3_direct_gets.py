@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from segments.s3_direct import MAP_MIN
 from segments.s3_store import S3Store
 from segments.store import ObjectNotFoundError, PreconditionFailedError, open_store
 from tests.fixtures.s3 import create_bucket
@@ -36,6 +37,7 @@ async def direct(request: pytest.FixtureRequest) -> AsyncIterator[S3Store]:
 
 async def test_whole_and_ranged_reads_are_the_stored_bytes(direct: S3Store) -> None:
     payload = bytes(range(256)) * 4096 + b"tail"  # ~1 MB: several socket reads
+    assert len(payload) >= MAP_MIN > 300_000  # whole: into a mapping; ranged: a bytearray
     etag = await direct.put_if_absent("d/obj", [payload])
     whole = await direct.get_buffer("d/obj", if_match=etag)
     assert isinstance(whole, memoryview) and whole.readonly and whole == payload

@@ -118,12 +118,6 @@ def test_readahead_budget_is_a_share_of_the_cache() -> None:
     assert loader.budget() == READAHEAD_BYTES
 
 
-def test_first_read_is_true_once_per_piece() -> None:
-    loader = SegmentLoader(lambda: None, lambda: SegmentCache(0))  # type: ignore[arg-type,return-value]
-    assert loader.first_read("a") and loader.first_read("b")
-    assert not loader.first_read("a") and not loader.first_read("b")
-
-
 def test_ranges_cover_the_span_in_parts() -> None:
     assert ranges(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
     assert ranges(100, 108, 4) == [(100, 104), (104, 108)]

@@ -125,6 +125,25 @@ async def test_readahead_loads_the_next_windows_then_the_following_pieces(
     assert cache.get("t/0/next") is not None
 
 
+async def test_every_read_tops_up_the_readahead(tmp_path: Path) -> None:
+    """Readahead follows the reader: a later read from the same window loads again a
+    window ahead that was evicted before the reader got there."""
+    store, cache, loader, windows, seg, layout, _ = await _setup(tmp_path, WINDOW + 100)
+    ahead = window_key("t/0/big", layout.bounds[1])
+
+    async def read(offset: int) -> None:
+        assert len(await windows.read("t/0/big", seg, layout, offset, 100, lambda: iter(())))
+        while loader._loading:  # noqa: SLF001
+            await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
+
+    await read(100)
+    assert cache.get(ahead) is not None
+    assert cache.evict(ahead)
+    await read(105)  # the same window again
+    assert cache.get(ahead) is not None
+    assert store.gets.count(("t/0/big", layout.bounds[1], layout.bounds[2])) == 2
+
+
 async def test_a_replaced_object_is_not_read_through_an_old_layout(tmp_path: Path) -> None:
     _store, _cache, _loader, windows, seg, _layout, _ = await _setup(tmp_path)
     assert windows.layout("t/0/big", seg) is not None
