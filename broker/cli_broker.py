@@ -84,6 +84,13 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         int,
         "flush buffers at most this old (ms; default 2 on file://, 5 on s3://)",
     ),
+    (
+        "flush-when-idle",
+        "flush_when_idle",
+        bool_arg,
+        "with no flush cycle in flight, start one at once instead of waiting out "
+        "--flush-interval-ms (default true; false: batch by time, fewer larger objects)",
+    ),
     ("cache-bytes", "cache_bytes", int, "segment cache size in bytes"),
     (
         "readahead-bytes",

@@ -78,7 +78,8 @@ class Flusher:
         # which the flusher task takes too (it runs after them); waiting out the flush
         # interval would only add to the round trip (docs/benchmarks.md, "Round 3: produce
         # profile")
-        if lg.pending_bytes >= self.config.flush_bytes or not self._cycles:
+        idle = self.config.flush_when_idle and not self._cycles
+        if lg.pending_bytes >= self.config.flush_bytes or idle:
             self._wake.set()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(

@@ -73,7 +73,7 @@ def test_a_cold_read_returns_every_message_in_order(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> None:
     kw = backend_kwargs(request, backend)
-    extra = (*kw.pop("extra_args", ()), "--flush-interval-ms", "2000",
+    extra = (*kw.pop("extra_args", ()), "--flush-interval-ms", "2000", "--flush-when-idle", "false",
              "--flush-bytes", str(64 << 20), "--merge-interval-ms", "0",
              "--cache-bytes", str(16 << 20), "--readahead-bytes", str(8 << 20))  # fmt: skip
     b = start_broker(tmp_path / "b", extra_args=extra, **kw)

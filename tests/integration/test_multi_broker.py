@@ -388,7 +388,8 @@ def test_zombie_owner_is_fenced(cluster: Cluster) -> None:
     another broker took its partition over: its late flush must neither commit nor touch
     the new owner's objects; everything the new owner acknowledged stays readable."""
     cluster.start(1)
-    cluster.start(2, "--flush-interval-ms", "1500")  # the zombie-to-be buffers for 1.5 s
+    # the zombie-to-be buffers for 1.5 s
+    cluster.start(2, "--flush-interval-ms", "1500", "--flush-when-idle", "false")
     topic = "zombie"
     _create(cluster.brokers[1].bootstrap, topic, 8)
     leaders = cluster.wait_agree(topic, {1, 2})

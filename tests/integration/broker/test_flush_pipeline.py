@@ -182,3 +182,24 @@ async def test_an_idle_flusher_starts_at_once_a_busy_one_batches(tmp_path: Path)
     finally:
         b.logs.store = getattr(b.logs.store, "inner", b.logs.store)
         await b.stop()
+
+
+async def test_flush_when_idle_false_batches_by_time_only(tmp_path: Path) -> None:
+    """``--flush-when-idle false``: an idle broker's append waits out the flush interval
+    (here 60 s) like any other, so it is still pending after the flusher ran; the
+    flushes of stop and hand-off still take it."""
+    b = Broker(local_config(tmp_path, flush_interval_ms=60_000, flush_when_idle=False))
+    await b.start()
+    try:
+        await b.topics.create(TOPIC, 1)
+        lg = await b.logs.get(TOPIC, 0)
+        a = append(b, lg, "a")
+        for _ in range(20):  # many loop passes: a cycle started at once would have begun
+            await asyncio.sleep(0)
+        assert not b.logs.flusher._cycles and lg.pending and lg.hw == 0  # noqa: SLF001
+        async with asyncio.timeout(20):
+            await b.logs.flush([lg])
+        assert a.done is not None and a.done.done() and lg.hw == 2
+        assert await manifest_bases(b) == [0]
+    finally:
+        await b.stop()
