@@ -160,11 +160,21 @@ def open_catalog(name: str | None, data_dir: str = "./data") -> Catalog:
 
 
 def ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """Create ``namespace`` unless it exists. Two runs may race to create it: the SQL
+    catalog checks, then inserts, so the loser fails on the insert with a constraint
+    error instead of NamespaceAlreadyExistsError; a namespace that exists once the
+    create failed was made by the winner, and is what this run needs."""
     try:
         catalog.create_namespace_if_not_exists(namespace)
     except NamespaceAlreadyExistsError:
         pass
     except Exception as exc:
+        try:
+            if catalog.namespace_exists(namespace):
+                log.info("namespace %s was created by a concurrent run", namespace)
+                return
+        except Exception:  # noqa: BLE001, S110 - the first error is the one to report
+            pass
         raise IngestError(f"catalog unreachable (namespace {namespace!r}): {exc}") from exc
 
 

@@ -162,3 +162,27 @@ def test_unreachable_catalog_is_a_clear_error(
     with pytest.raises(IngestError, match="'down'"):
         c = cat.open_catalog("down", str(tmp_path))
         cat.ensure_namespace(c, NS)
+
+
+def test_ensure_namespace_lost_race_to_a_concurrent_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs create the namespace at once on one SQL catalog: the loser's existence
+    check passes before the winner's insert lands, so its own insert breaks the unique
+    constraint. ensure_namespace then finds the namespace there and goes on."""
+    mine = cat.open_catalog(None, str(tmp_path / "cat"))
+    theirs = cat.open_catalog(None, str(tmp_path / "cat"))
+    real = mine.namespace_exists
+    raced: list[bool] = []
+
+    def check_then_lose(namespace: str | tuple[str, ...]) -> bool:
+        if not raced:  # the other run inserts between this check and our insert
+            raced.append(real(namespace))
+            theirs.create_namespace(NS)
+            return False
+        return real(namespace)
+
+    monkeypatch.setattr(mine, "namespace_exists", check_then_lose)
+    cat.ensure_namespace(mine, NS)
+    assert raced == [False] and real(NS)
+    cat.ensure_table(mine, NS, "t", "day")  # the namespace is usable
