@@ -83,18 +83,24 @@ def main(argv: list[str] | None = None) -> int:
         new = stack.enter_context(
             broker_target("local", workdir / "local", None, limits, args.local_arg)
         )
-        for t in (base, new):  # warm up: imports, producer ids, the first segment
-            _trial(t, "idem", 2000)
-        for mode in args.modes.split(","):
-            rows: list[dict[str, Any]] = []
-            for r in range(args.rounds):
-                order = (base, new) if r % 2 == 0 else (new, base)
-                rows.append({t.name: _trial(t, mode, args.messages) for t in order})
-                unit = ("p99 ms", "p50 ms") if mode == "paced" else ("ms/MB", "MB/s")
-                got = {k: f"{v[0]:.2f} {unit[0]} {v[1]:.1f} {unit[1]}" for k, v in rows[-1].items()}
-                print(mode, r, got, flush=True)
-            print(_summary(mode, rows), flush=True)
+        run_pairs(base, new, args.modes.split(","), args.rounds, args.messages)
     return 0
+
+
+def run_pairs(base: Target, new: Target, modes: list[str], rounds: int, messages: int) -> None:
+    """Warm both up, then per mode ``rounds`` trials of each, the order swapped every
+    round; prints every pair and each mode's summary."""
+    for t in (base, new):  # warm up: imports, producer ids, the first segment
+        _trial(t, "idem", 2000)
+    for mode in modes:
+        rows: list[dict[str, Any]] = []
+        for r in range(rounds):
+            order = (base, new) if r % 2 == 0 else (new, base)
+            rows.append({t.name: _trial(t, mode, messages) for t in order})
+            unit = ("p99 ms", "p50 ms") if mode == "paced" else ("ms/MB", "MB/s")
+            got = {k: f"{v[0]:.2f} {unit[0]} {v[1]:.1f} {unit[1]}" for k, v in rows[-1].items()}
+            print(mode, r, got, flush=True)
+        print(_summary(mode, rows), flush=True)
 
 
 if __name__ == "__main__":

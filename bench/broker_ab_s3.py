@@ -21,9 +21,8 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from bench.broker_ab import _summary, _trial
+from bench.broker_ab import run_pairs
 from bench.broker_targets import (
     S3_VOLUME_MB,
     BrokerLimits,
@@ -101,17 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             new = stack.enter_context(_cycles_target(workdir / "n", new_url, limits, args.cycles))
         else:
             new = stack.enter_context(broker_target("local", workdir / "n", new_url, limits, []))
-        for t in (base, new):  # warm up: imports, producer ids, the S3 client, a segment
-            _trial(t, "idem", 2000)
-        for mode in args.modes.split(","):
-            rows: list[dict[str, Any]] = []
-            for r in range(args.rounds):
-                order = (base, new) if r % 2 == 0 else (new, base)
-                rows.append({t.name: _trial(t, mode, args.messages) for t in order})
-                unit = ("p99 ms", "p50 ms") if mode == "paced" else ("ms/MB", "MB/s")
-                got = {k: f"{v[0]:.2f} {unit[0]} {v[1]:.1f} {unit[1]}" for k, v in rows[-1].items()}
-                print(mode, r, got, flush=True)
-            print(_summary(mode, rows), flush=True)
+        run_pairs(base, new, args.modes.split(","), args.rounds, args.messages)
     return 0
 
 
