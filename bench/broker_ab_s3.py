@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from bench.broker_targets import (
     S3_VOLUME_MB,
     BrokerLimits,
     Target,
+    base_target,
     broker_target,
     flush_interval_ms,
 )
@@ -45,26 +45,6 @@ def _cycles_target(workdir: Path, url: str, limits: BrokerLimits, cycles: int) -
     )
     try:
         yield Target("local", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
-                     limits.broker_inflight_bytes + limits.cache_bytes,
-                     flush_interval_ms([], True))  # fmt: skip
-    finally:
-        broker.stop()
-
-
-@contextlib.contextmanager
-def _tree_target(workdir: Path, tree: Path, url: str, limits: BrokerLimits) -> Iterator[Target]:
-    """The broker of another source tree on the S3 store ``url``."""
-    from tests.fixtures.broker import BrokerProcess, free_port
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    port, http = free_port(), free_port()
-    args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}", "--store", url,
-            "--log-level", "WARNING", "--workers", "1", *limits.args()]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-    env["PYTHONPATH"] = str(tree.resolve())
-    broker = BrokerProcess(workdir, port, args, env).start()
-    try:
-        yield Target("base", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
                      limits.broker_inflight_bytes + limits.cache_bytes,
                      flush_interval_ms([], True))  # fmt: skip
     finally:
@@ -92,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             base_url += "&" + kv
         if args.base_tree is not None:
             base = stack.enter_context(
-                _tree_target(workdir / "base", args.base_tree, base_url, limits)
+                base_target(workdir / "base", args.base_tree, limits,
+                            ["--store", base_url, "--workers", "1"])
             )
         else:
             base = stack.enter_context(broker_target("base", workdir / "b", base_url, limits, []))

@@ -246,11 +246,12 @@ def base_target(
             "--log-level", "WARNING", *limits.args(), *extra]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
     env["PYTHONPATH"] = str(tree.resolve())
+    s3 = any(a.startswith("s3://") for a in extra)
     broker = BrokerProcess(workdir, port, args, env).start()
     try:
         yield Target("base", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
                      limits.broker_inflight_bytes + limits.cache_bytes,
-                     flush_interval_ms(extra, False))  # fmt: skip
+                     flush_interval_ms(extra, s3))  # fmt: skip
     finally:
         broker.stop()
 
