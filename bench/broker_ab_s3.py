@@ -72,8 +72,12 @@ def main(argv: list[str] | None = None) -> int:
             base_url += "&" + kv
         if args.base_tree is not None:
             base = stack.enter_context(
-                base_target(workdir / "base", args.base_tree, limits,
-                            ["--store", base_url, "--workers", "1"])
+                base_target(
+                    workdir / "base",
+                    args.base_tree,
+                    limits,
+                    ["--store", base_url, "--workers", "1"],
+                )
             )
         else:
             base = stack.enter_context(broker_target("base", workdir / "b", base_url, limits, []))
