@@ -23,11 +23,12 @@ from collections import deque
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from broker.meta.base import Compare, Delete, MetaStore, Op, Put
+from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Op, Put
 from broker.meta.schema import (
     GROUPS_PREFIX,
     consumer_group_key,
     group_offset_key,
+    group_offset_topic,
     group_prefix,
     group_state_key,
 )
@@ -195,3 +196,32 @@ class MetaGroupStore:
         step = max(1, self._meta.max_txn_ops)
         for i in range(0, len(ops), step):
             await self._meta.txn([], ops[i : i + step])
+
+
+async def purge_topic_offsets(meta: MetaStore, topic: str, revision: int) -> int:
+    """Delete every group's committed offsets of ``topic`` that were written at or before
+    ``revision`` (the revision of the topic's deletion), as Kafka drops a deleted topic's
+    offsets from its groups: a topic re-created under the name starts with none. Offsets
+    committed after ``revision`` (to the re-created topic) stay, because each delete is
+    guarded by its key's mod_revision. Returns how many were deleted."""
+    doomed = [
+        kv
+        for kv in await meta.range(GROUPS_PREFIX)
+        if kv.mod_revision <= revision and group_offset_topic(kv.key) == topic
+    ]
+    step = max(1, meta.max_txn_ops)
+    deleted = 0
+    for i in range(0, len(doomed), step):
+        chunk = doomed[i : i + step]
+        result = await meta.txn(_unchanged(chunk), [Delete(kv.key) for kv in chunk])
+        if result.succeeded:
+            deleted += len(chunk)
+            continue
+        for kv in chunk:  # some key changed meanwhile: one at a time, skipping those
+            one = await meta.txn(_unchanged([kv]), [Delete(kv.key)])
+            deleted += int(one.succeeded)
+    return deleted
+
+
+def _unchanged(kvs: Sequence[KeyValue]) -> list[Compare]:
+    return [Compare(kv.key, "mod_revision", "==", kv.mod_revision) for kv in kvs]

@@ -3,7 +3,8 @@
 The cached table and its watch are ``topic_table``; the checks of names, partition counts,
 replication factors and assignments are ``topic_validation``; configs are
 ``topic_configs``; the removal of a deleted topic's objects is
-``deletion.delete_topic_objects``.
+``deletion.delete_topic_objects``. Deleting a topic also deletes every group's committed
+offsets of it (``group_store.purge_topic_offsets``), as Kafka does.
 
 Every topic is one key in the metadata store::
 
@@ -23,9 +24,8 @@ Deviations from Kafka, on purpose:
   number of brokers serving a partition (its owner).
 - Manual replica assignments are accepted and only their partition count is used; the
   owner of a partition is chosen by rendezvous hashing over live brokers, not by them.
-- ``cleanup.policy=compact`` is refused (INVALID_CONFIG): there is no compaction.
-- ``compression.type`` is stored and described but the broker always keeps the batches
-  exactly as the producer compressed them (batches are never re-encoded).
+- ``compression.type`` is stored and described; produced batches are kept exactly as
+  the producer compressed them, and only compaction re-encodes (``topic_configs``).
 - Most other whitelisted configs (``segment.*``, ``flush.*``, ``min.insync.replicas``, ...)
   are accepted for client compatibility and are informational.
 """
@@ -40,7 +40,8 @@ from types import MappingProxyType
 
 from broker.config import BrokerConfig
 from broker.deletion import delete_topic_objects
-from broker.meta.base import Compare, Delete, Get, MetaStore, Put
+from broker.group_store import purge_topic_offsets
+from broker.meta.base import Compare, Delete, Get, MetaStore, MetaStoreError, Put
 from broker.meta.schema import TopicInfo, topic_key, topic_logs_prefix, topic_owners_prefix
 from broker.topic_configs import (
     TOPIC_CONFIGS,
@@ -239,6 +240,12 @@ class TopicManager(TopicTable):
         old = TopicInfo.from_json(name, result.gets[0][0].value)
         self._apply(name, None, result.revision)
         log.info("deleted topic %s (id %s)", name, old.topic_id)
+        try:
+            purged = await purge_topic_offsets(self._meta, name, result.revision)
+        except MetaStoreError as exc:  # the topic is gone either way: say what is left
+            log.warning("deleting groups' offsets of deleted topic %s failed: %s", name, exc)
+        else:
+            log.info("deleted %d committed offsets of topic %s", purged, name)
         if self._store is not None:
             task = asyncio.create_task(
                 delete_topic_objects(self._store, self._namespace, name, old.topic_id),

@@ -121,6 +121,12 @@ def group_offset_key(group_id: str, topic: str, partition: int) -> str:
     return f"{group_prefix(group_id)}offsets/{topic}/{partition}"
 
 
+def group_offset_topic(key: str) -> str | None:
+    """The topic of a ``group_offset_key`` (None for any other key under ``/groups/``)."""
+    parts = key[len(GROUPS_PREFIX) :].split("/") if key.startswith(GROUPS_PREFIX) else []
+    return parts[2] if len(parts) == 4 and parts[1] == "offsets" else None
+
+
 # ---------------------------------------------------------------------------- partition logs
 
 

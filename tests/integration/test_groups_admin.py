@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from broker.cli_groups import main as groups_main
 from tests.fixtures.broker import BrokerProcess, start_broker
+from tests.integration.conftest import unique_topic
 from tests.integration.group_member import (
     MemberProc,
     committed,
@@ -189,3 +190,43 @@ def test_cli_reports_unreachable_broker(tmp_path: Path) -> None:
 
     rc, _, err = cli(f"127.0.0.1:{free_port()}", "list")
     assert rc == 1 and "Error" in err
+
+
+def _commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
+    """Offsets committed by a consumer that never joins (a standalone consumer's commit)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _group_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
+    (fut,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    return {(tp.topic, tp.partition): tp.offset for tp in fut.result(30).topic_partitions}
+
+
+def test_deleting_a_topic_deletes_every_groups_offsets_of_it(any_broker: BrokerProcess) -> None:
+    """As in Kafka: a deleted topic's committed offsets leave every group, so a consumer of a
+    topic re-created under the name does not resume at the old incarnation's offsets."""
+    bootstrap = any_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    gone, kept = unique_topic("gone"), unique_topic("kept")
+    create_topic(bootstrap, gone, 2)
+    create_topic(bootstrap, kept, 1)
+    g1, g2 = unique_topic("g1"), unique_topic("g2")
+    _commit(bootstrap, g1, [TopicPartition(gone, 0, 5), TopicPartition(gone, 1, 7)])
+    _commit(bootstrap, g1, [TopicPartition(kept, 0, 3)])
+    _commit(bootstrap, g2, [TopicPartition(gone, 0, 2)])
+    assert _group_offsets(admin, g1) == {(gone, 0): 5, (gone, 1): 7, (kept, 0): 3}
+
+    (fut,) = admin.delete_topics([gone], request_timeout=30).values()
+    fut.result(30)
+
+    assert _group_offsets(admin, g1) == {(kept, 0): 3}
+    assert _group_offsets(admin, g2) == {}
+    create_topic(bootstrap, gone, 2)  # the re-created topic starts without them
+    _commit(bootstrap, g2, [TopicPartition(gone, 1, 1)])
+    assert _group_offsets(admin, g2) == {(gone, 1): 1}
