@@ -26,11 +26,13 @@ from urllib.parse import unquote
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Op, Put
 from broker.meta.schema import (
     GROUPS_PREFIX,
+    TXN_PREFIX,
     consumer_group_key,
     group_offset_key,
     group_offset_topic,
     group_prefix,
     group_state_key,
+    txn_offset_topic,
 )
 from groupcoord.model import (
     GroupConflictError,
@@ -201,13 +203,18 @@ class MetaGroupStore:
 async def purge_topic_offsets(meta: MetaStore, topic: str, revision: int) -> int:
     """Delete every group's committed offsets of ``topic`` that were written at or before
     ``revision`` (the revision of the topic's deletion), as Kafka drops a deleted topic's
-    offsets from its groups: a topic re-created under the name starts with none. Offsets
+    offsets from its groups: a topic re-created under the name starts with none. Pending
+    transactional offsets of the topic (``/txn/{tid}/offsets/...``) go too. Offsets
     committed after ``revision`` (to the re-created topic) stay, because each delete is
     guarded by its key's mod_revision. Returns how many were deleted."""
     doomed = [
         kv
-        for kv in await meta.range(GROUPS_PREFIX)
-        if kv.mod_revision <= revision and group_offset_topic(kv.key) == topic
+        for prefix, topic_of in (
+            (GROUPS_PREFIX, group_offset_topic),
+            (TXN_PREFIX, txn_offset_topic),
+        )
+        for kv in await meta.range(prefix)
+        if kv.mod_revision <= revision and topic_of(kv.key) == topic
     ]
     step = max(1, meta.max_txn_ops)
     deleted = 0

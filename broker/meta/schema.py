@@ -478,6 +478,12 @@ def txn_offset_key(txn_id: str, group_id: str, topic: str, partition: int) -> st
     return f"{txn_offsets_prefix(txn_id)}{quote(group_id, safe='')}/{topic}/{partition}"
 
 
+def txn_offset_topic(key: str) -> str | None:
+    """The topic of a ``txn_offset_key`` (None for any other key under ``/txn/``)."""
+    parts = key[len(TXN_PREFIX) :].split("/") if key.startswith(TXN_PREFIX) else []
+    return parts[3] if len(parts) == 5 and parts[1] == "offsets" else None
+
+
 def txn_offset_target(txn_id: str, key: str) -> tuple[str, str, int]:
     """(group, topic, partition) of a pending transactional offset key."""
     group, topic, partition = key[len(txn_offsets_prefix(txn_id)) :].split("/")

@@ -10,7 +10,15 @@ import pytest
 from broker.group_store import MetaGroupStore, purge_topic_offsets
 from broker.meta.base import KeyValue, Put
 from broker.meta.embedded import EmbeddedStore
-from broker.meta.schema import group_offset_key, group_offset_topic, group_state_key
+from broker.meta.schema import (
+    group_offset_key,
+    group_offset_topic,
+    group_state_key,
+    txn_offset_key,
+    txn_offset_topic,
+    txn_offsets_prefix,
+    txn_state_key,
+)
 from groupcoord.model import OffsetRecord, TopicPartition
 
 
@@ -30,10 +38,12 @@ async def _offsets(store: MetaGroupStore, group: str) -> dict[tuple[str, int], i
     return {(tp.topic, tp.partition): rec.offset for tp, rec in got.items()}
 
 
-def test_group_offset_topic() -> None:
+def test_offset_key_topics() -> None:
     assert group_offset_topic(group_offset_key("a/b", "orders", 3)) == "orders"
     assert group_offset_topic(group_state_key("g")) is None
     assert group_offset_topic("/topics/orders") is None
+    assert txn_offset_topic(txn_offset_key("t/x", "a/b", "orders", 3)) == "orders"
+    assert txn_offset_topic(txn_state_key("t/x")) is None
 
 
 async def test_purge_deletes_the_topics_offsets_of_every_group(meta: EmbeddedStore) -> None:
@@ -46,15 +56,19 @@ async def test_purge_deletes_the_topics_offsets_of_every_group(meta: EmbeddedSto
             Put(group_offset_key("g1", "orders-eu", 0), _offset(3)),  # a name sharing a prefix
             Put(group_offset_key("g/2", "orders", 0), _offset(2)),
             Put(group_state_key("g1"), b"{}"),
+            Put(txn_offset_key("tx/1", "g1", "orders", 1), _offset(8)),  # pending, in a txn
+            Put(txn_offset_key("tx/1", "g1", "orders-eu", 1), _offset(9)),
         ],
     )
     deleted_at = await meta.put("/topics/unrelated", b"x")  # the deletion's revision
 
-    assert await purge_topic_offsets(meta, "orders", deleted_at) == 3
+    assert await purge_topic_offsets(meta, "orders", deleted_at) == 4
 
     assert await _offsets(groups, "g1") == {("orders-eu", 0): 3}
     assert await _offsets(groups, "g/2") == {}
     assert await meta.get(group_state_key("g1")) is not None  # the group itself stays
+    pending = [kv.key for kv in await meta.range(txn_offsets_prefix("tx/1"))]
+    assert pending == [txn_offset_key("tx/1", "g1", "orders-eu", 1)]
 
 
 async def test_offsets_committed_after_the_deletion_stay(meta: EmbeddedStore) -> None:
