@@ -13,11 +13,19 @@ from hypothesis import strategies as st
 from protocol import crc32c_combine
 from protocol.batch import read_header
 from segments import format as fmt
-from segments.format import COMBINE_MIN, build_segment, parse_footer
+from segments.format import build_segment, parse_footer
 from segments.validate import validate_segment
 from tests.unit.segments.conftest import BASE_TS, make_batch
 
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+LARGE = 16 << 10  # the threshold with the C combine; the tests' large batches pass it
+
+
+@pytest.fixture(autouse=True)
+def combine_from_16k(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same threshold whichever combine is in use (pure Python: 256 KiB, a
+    performance choice), so these batches take the combined path either way."""
+    monkeypatch.setattr(fmt, "COMBINE_MIN", LARGE)
 
 
 def batches_of(counts: list[int], value_size: int) -> list[bytearray]:
@@ -68,7 +76,7 @@ def test_large_batches_take_the_combined_path() -> None:
     """Batches past COMBINE_MIN are not hashed: the footer CRC comes from the CRCs given
     (a batch CRC that disagrees with the bytes shows in the footer, below)."""
     batches = batches_of([30, 25, 40], 1500)
-    assert all(len(b) >= COMBINE_MIN for b in batches)
+    assert all(len(b) >= fmt.COMBINE_MIN for b in batches)
     built, data = build(batches, True)
     assert built.crc32c == crc_pkg.crc32c(data)
     assert validate_segment(data).ok
