@@ -284,7 +284,7 @@ class Compactor:
         key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
         data = b"".join(built.buffers)
         store = self.logs.store
-        etag = await store.put_if_absent(key, [data])  # its index inside
+        etag = await store.put_if_absent(key, [data], crc32c=built.crc32c)  # index inside
         self.stats["bytes_written"] += len(data)
         await throttle.consume(len(data))
         cleaned = collapse([(first.base, NO_TOMBSTONES), *out.tombstones])

@@ -193,7 +193,12 @@ class Flusher:
         async with sem:
             base = pend[0].base_offset
             built = build_segment(
-                base, [p.view for p in pend], int(time.time() * 1000), self.config.index_interval
+                base,
+                [p.view for p in pend],
+                int(time.time() * 1000),
+                self.config.index_interval,
+                # verified on produce (or computed here): no second pass for the footer CRC
+                batch_crcs=[p.header.crc for p in pend],
             )
             # one copy: the store body and the tail cache. bytes.join drops the GIL for
             # large joins, so big segments are joined off the event loop (from the one
@@ -208,7 +213,7 @@ class Flusher:
             # one object (the index is its trailer): one PUT per partition per cycle
             put_started = time.perf_counter()
             try:
-                etag = await self.logs.store.put_if_absent(key, [data])
+                etag = await self.logs.store.put_if_absent(key, [data], crc32c=built.crc32c)
             except Exception:
                 # never committed, and the name is ours alone: nothing else can need it
                 await self.logs.discard(lg, [key])

@@ -76,8 +76,11 @@ class InstrumentedStore:
             h.observe(_now() - start)
         return result
 
-    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
-        etag: str = await self._call("put", self.inner.put_if_absent(key, data))
+    async def put_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
+        put = self.inner.put_if_absent(key, data, crc32c=crc32c)
+        etag: str = await self._call("put", put)
         self._bytes.inc(("put",), sum(len(b) for b in data))
         return etag
 

@@ -269,7 +269,7 @@ class Maintenance:
         name = lg.new_object_name(run[0].base, built.last_offset)
         key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
         data = b"".join(built.buffers)
-        etag = await logs.store.put_if_absent(key, [data])  # its index inside
+        etag = await logs.store.put_if_absent(key, [data], crc32c=built.crc32c)  # index inside
         merged = SegmentMeta(
             run[0].base,
             built.last_offset,

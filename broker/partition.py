@@ -123,7 +123,11 @@ class PartitionLog:
 
     # -- write side ---------------------------------------------------------------------
     def append(self, header: BatchHeader, view: memoryview) -> AppendResult:
-        """Assign offsets to one validated v2 batch and buffer it (synchronous)."""
+        """Assign offsets to one validated v2 batch and buffer it (synchronous).
+
+        ``header.crc`` must have been checked against the batch's bytes by this process
+        (produce validation) or computed over them by it (control batches): the flush
+        derives the segment's CRCs from it (``segments.format.build_segment``)."""
         if self.state != ACTIVE:
             return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         pid, first_seq = header.producer_id, header.base_sequence

@@ -171,7 +171,8 @@ async def _rewrite_cut(
     # the repair's own epoch: no other writer ever uses this name
     name = object_name(seg.base, offset - 1, p.epoch + 1, p.topic_id, 1)
     key = partition_prefix(t.namespace, t.topic, t.partition) + name
-    etag = await store.put_if_absent(key, [b"".join(built.buffers)])  # its index inside
+    data = b"".join(built.buffers)  # its index inside
+    etag = await store.put_if_absent(key, [data], crc32c=built.crc32c)
     meta = SegmentMeta(
         seg.base,
         built.last_offset,

@@ -475,14 +475,70 @@ fail:
     return NULL;
 }
 
+/* CRC-32C combination (protocol/crc32c_combine.py): crc(A + B) from crc(A), crc(B) and
+ * len(B), as zlib's crc32_combine for the Castagnoli polynomial (reflected 0x82F63B78). */
+#define CRC32C_POLY 0x82F63B78u
+
+static uint32_t crc32c_multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+static uint32_t crc32c_x2n[66]; /* x^(2^k) mod P: k = 3 + a bit of a length < 2^63 */
+
+static void crc32c_init_powers(void)
+{
+    uint32_t p = 1u << 30; /* x^1 */
+    for (int k = 0; k < 66; k++) {
+        crc32c_x2n[k] = p;
+        p = crc32c_multmodp(p, p);
+    }
+}
+
+PyDoc_STRVAR(crc32c_combine_doc,
+             "crc32c_combine(crc1, crc2, len2, /) -> int\n\n"
+             "The CRC-32C of A + B from crc1 = crc32c(A), crc2 = crc32c(B), len2 = len(B).");
+
+static PyObject *crc32c_combine(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long crc1, crc2;
+    long long len2;
+    if (!PyArg_ParseTuple(args, "kkL:crc32c_combine", &crc1, &crc2, &len2))
+        return NULL;
+    if (len2 < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative length");
+        return NULL;
+    }
+    uint32_t p = 1u << 31; /* x^0 */
+    uint64_t n = (uint64_t)len2;
+    for (int k = 3; n; n >>= 1, k++) /* bit k of 8 * len2 */
+        if (n & 1)
+            p = crc32c_multmodp(crc32c_x2n[k], p);
+    uint32_t out = crc32c_multmodp(p, (uint32_t)crc1) ^ (uint32_t)crc2;
+    return PyLong_FromUnsignedLong(out);
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"crc32c_combine", crc32c_combine, METH_VARARGS, crc32c_combine_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static int exec_module(PyObject *m)
 {
+    crc32c_init_powers();
     CorruptRecords = PyErr_NewExceptionWithDoc(
         "protocol._fastrecords.CorruptRecords", "Malformed records section.",
         PyExc_ValueError, NULL);

@@ -68,10 +68,13 @@ def _unsupported(exc: OSError) -> bool:
     return exc.errno in (errno.EINVAL, errno.EOPNOTSUPP)
 
 
-def write_direct(path: str, data: Sequence[Buffer]) -> tuple[int, int] | None:
+def write_direct(
+    path: str, data: Sequence[Buffer], crc: int | None = None
+) -> tuple[int, int] | None:
     """Create ``path`` (exclusive) holding the concatenation of ``data``, written with
     ``O_DIRECT`` and not yet fsynced. Returns (CRC-32C, size), or None where the
-    filesystem does not take ``O_DIRECT`` (nothing is left at ``path`` then)."""
+    filesystem does not take ``O_DIRECT`` (nothing is left at ``path`` then). A ``crc``
+    given (the caller's, ``LocalStore.put_if_absent``) is returned as is, not computed."""
     size = sum(memoryview(b).nbytes for b in data)
     padded = -(-size // ALIGN) * ALIGN
     if padded == 0:
@@ -93,7 +96,8 @@ def write_direct(path: str, data: Sequence[Buffer]) -> tuple[int, int] | None:
                 view[pos : pos + n] = memoryview(part).cast("B")
                 pos += n
             view[size:padded] = bytes(padded - size)  # the pad is cut off below
-            crc = _crc32c.crc32c(view[:size])
+            if crc is None:
+                crc = _crc32c.crc32c(view[:size])
             done = 0
             while done < padded:
                 try:

@@ -22,8 +22,11 @@ ETags are ``crc32c-<CRC-32C of the content, 8 hex>-<size, hex>``, computed while
 quarter of the broker's produce CPU; docs/benchmarks.md) and remembered per (inode,
 mtime, size). ETags are opaque to every user (compared for equality only); an object
 written before this change keeps its recorded MD5 ETag, and an ``If-Match`` with a
-32-hex MD5 on an object without a recorded ETag is checked by hashing it with MD5. With
-``direct_io`` (``KAFSCALE_DIRECT_IO=1``) new objects are written with ``O_DIRECT``
+32-hex MD5 on an object without a recorded ETag is checked by hashing it with MD5. A
+caller that already has the object's CRC-32C passes it (``put_if_absent``'s ``crc32c``)
+and nothing is hashed at all (docs/benchmarks.md, "Round 4: CRC passes"). With
+``direct_io`` (``file://PATH?direct_io=true``; the older ``KAFSCALE_DIRECT_IO=1`` still
+works) new objects are written with ``O_DIRECT``
 (``segments/direct_io.py``); off by default: it saves system CPU on writes but leaves
 nothing in the page cache for readers of segments evicted from the broker's cache.
 
@@ -33,7 +36,8 @@ keeps what it just wrote in its own segment cache, and on the project's VM a buf
 write into ever new page-cache pages cost 3-3.7 ms of system CPU per MB (and 4.5-7 ms of
 wall time per 1 MB PUT) against 0.5-0.6 ms when the pages freed by the previous PUT are
 reused (docs/benchmarks.md, "Round 3: produce profile"). Readers of evicted segments
-read the disk instead. ``KAFSCALE_KEEP_PAGE_CACHE=1`` keeps the pages (the old way).
+read the disk instead. ``file://PATH?keep_page_cache=true`` keeps the pages (the old
+way; the deprecated ``KAFSCALE_KEEP_PAGE_CACHE=1`` too).
 
 ETags are also recorded on the file itself, in the extended attribute
 ``user.kafscale.etag`` as ``"<etag> <mtime_ns> <size>"``, so another process (a Spark
@@ -53,6 +57,7 @@ import mmap
 import os
 import uuid
 from collections.abc import Sequence
+from urllib.parse import parse_qs
 
 import crc32c as _crc32c
 
@@ -78,6 +83,30 @@ ETAG_XATTR = "user.kafscale.etag"
 
 _StatKey = tuple[int, int, int, int]  # dev, inode, mtime_ns, size
 _MD5_HEX = frozenset("0123456789abcdef")
+# file:// URL parameters (docs/operations.md, "Tuning") and their deprecated environment
+# variables
+URL_SWITCHES = {"direct_io": "KAFSCALE_DIRECT_IO", "keep_page_cache": "KAFSCALE_KEEP_PAGE_CACHE"}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _switches(query: str) -> dict[str, bool]:
+    """The store's switches from a ``file://`` URL's query; a switch the URL does not
+    set comes from its environment variable (deprecated: ``=1`` turns it on)."""
+    params = {k: v[-1].lower() for k, v in parse_qs(query, keep_blank_values=True).items()}
+    unknown = sorted(set(params) - set(URL_SWITCHES))
+    if unknown:
+        raise ValueError(f"unknown file:// store parameter(s) {', '.join(unknown)}")
+    out = {}
+    for name, env in URL_SWITCHES.items():
+        value = params.get(name)
+        if value is None:
+            out[name] = os.environ.get(env, "0") == "1"
+        elif value in _TRUE or value in _FALSE:
+            out[name] = value in _TRUE
+        else:
+            raise ValueError(f"file:// store parameter {name}={value!r}: want true or false")
+    return out
 
 
 def crc_etag(crc: int, size: int) -> str:
@@ -103,15 +132,17 @@ def _hash_fd(fd: int, md5: bool) -> str:
     return digest.hexdigest() if digest is not None else crc_etag(crc, pos)
 
 
-def _write_buffered(fd: int, data: Sequence[Buffer]) -> int:
-    """Write ``data`` through the page cache; returns its CRC-32C."""
+def _write_buffered(fd: int, data: Sequence[Buffer], known: int | None = None) -> int:
+    """Write ``data`` through the page cache; returns its CRC-32C (``known``, when the
+    caller gave it, is returned without hashing)."""
     crc = 0
     for buf in data:
-        crc = _crc32c.crc32c(buf, crc)
+        if known is None:
+            crc = _crc32c.crc32c(buf, crc)
         view = memoryview(buf)
         while view:
             view = view[os.write(fd, view) :]
-    return crc
+    return crc if known is None else known
 
 
 def _stat_key(st: os.stat_result) -> _StatKey:
@@ -155,22 +186,25 @@ def _fsync_dir(path: str) -> None:
 
 
 class LocalStore:
-    def __init__(self, root: str, direct_io: bool = False) -> None:
+    def __init__(self, root: str, direct_io: bool = False, keep_page_cache: bool = False) -> None:
         self.root = os.path.abspath(root)
         self.direct_io = direct_io  # new objects written with O_DIRECT (segments/direct_io.py)
-        # written objects leave the page cache once durable (KAFSCALE_KEEP_PAGE_CACHE=1: not)
-        self.drop_cache = os.environ.get("KAFSCALE_KEEP_PAGE_CACHE", "0") != "1"
+        # written objects leave the page cache once durable (keep_page_cache: not)
+        self.drop_cache = not keep_page_cache
         os.makedirs(self.root, exist_ok=True)
         self._etags: dict[_StatKey, str] = {}
 
     @classmethod
     def from_url(cls, url: str) -> LocalStore:
-        """``file://./data``, ``file:///abs/path`` or a plain path."""
-        path = url[len("file://") :] if url.startswith("file://") else url
+        """``file://./data``, ``file:///abs/path`` or a plain path; a ``file://`` URL
+        takes the switches ``?direct_io=true`` and ``?keep_page_cache=true``
+        (docs/operations.md, "Tuning")."""
+        path, query = url, ""
+        if url.startswith("file://"):
+            path, _, query = url[len("file://") :].partition("?")
         if not path:
             raise ValueError(f"empty path in store URL {url!r}")
-        # KAFSCALE_DIRECT_IO=1: write new objects with O_DIRECT (docs/operations.md)
-        return cls(path, direct_io=os.environ.get("KAFSCALE_DIRECT_IO", "0") == "1")
+        return cls(path, **_switches(query))
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
@@ -226,21 +260,21 @@ class LocalStore:
                 continue
             _fsync_dir(os.path.dirname(d))
 
-    def _put_sync(self, key: str, data: Sequence[Buffer]) -> str:
+    def _put_sync(self, key: str, data: Sequence[Buffer], known: int | None = None) -> str:
         final = self._path(key)
         directory, name = os.path.split(final)
         self._mkdirs(directory)
         if os.path.lexists(final):
             raise ObjectExistsError(key)
         tmp = os.path.join(directory, f".{name}{TMP_MARKER}{uuid.uuid4().hex}")
-        direct = write_direct(tmp, data) if self.direct_io else None
+        direct = write_direct(tmp, data, known) if self.direct_io else None
         if direct is not None:
             fd = os.open(tmp, os.O_WRONLY)
         else:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                crc = direct[0] if direct is not None else _write_buffered(fd, data)
+                crc = direct[0] if direct is not None else _write_buffered(fd, data, known)
                 st = os.fstat(fd)
                 etag = crc_etag(crc, st.st_size)
                 _record_etag(fd, st, etag)
@@ -330,9 +364,20 @@ class LocalStore:
 
     # ------------------------------------------------------------------ ObjectStore
 
-    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+    async def put_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
+        """``ObjectStore.put_if_absent``. ``crc32c`` (the concatenation's CRC-32C) becomes
+        the ETag's CRC without hashing the bytes. Nothing here can check it (that would be
+        the pass it saves), so a wrong one would record an ETag that is not the content's
+        CRC: equality checks against the recorded ETag still agree, and a later re-hash
+        (another host, a file system without xattrs) would give another ETag, so an
+        ``If-Match`` fails (PreconditionFailedError) rather than reading silently. Hence
+        the rule: pass only a CRC derived from these very bytes; the broker passes
+        ``BuiltSegment.crc32c``, hashed from the segment's framing and the batches' CRCs
+        that produce validation checked against their bytes (docs/format.md)."""
         try:
-            return await asyncio.to_thread(self._put_sync, key, data)
+            return await asyncio.to_thread(self._put_sync, key, data, crc32c)
         except OSError as exc:
             raise StoreError(f"put {key}: {exc}") from exc
 

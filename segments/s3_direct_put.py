@@ -9,9 +9,13 @@ into aiohttp's ``BytesIOPayload``, and the socket writes of the body in chunks. 
   authentication, ``UNSIGNED-PAYLOAD``, valid 15 minutes) with two **signed** headers:
   ``If-None-Match: *`` (the conditional create: the server refuses an existing key with
   412, as for the SDK's ``IfNoneMatch="*"``) and ``x-amz-checksum-crc32c``, the CRC-32C of
-  the body computed here (~0.05 ms per MB): the server recomputes it and refuses a body
-  that differs (400 ``BadDigest``). That is the integrity check the payload signature
-  gave over plain http, at a tenth of its cost, and end to end on https too;
+  the body computed here (~0.05 ms per MB), or the one the caller derived
+  (``put_if_absent``'s ``crc32c``: the broker's segments, whose CRC comes from the
+  batches' verified CRCs without another pass; docs/benchmarks.md, "Round 4: CRC
+  passes"): the server recomputes it and refuses a body that differs (400
+  ``BadDigest``). That is the integrity check the payload signature gave over plain
+  http, at a tenth of its cost, and end to end on https too; with a derived CRC it also
+  catches bytes that changed in memory after they were verified;
 - ``http.client`` sends it from a small thread pool: the headers, then each buffer by
   ``sendall`` (no join, no copy, the GIL released while the socket takes it).
 
@@ -50,11 +54,18 @@ class PutReply:
     etag: str | None = None  # without quotes (200 only; None if the server sent none)
 
 
-def checksum_header(data: Sequence[Buffer]) -> str:
-    """The ``x-amz-checksum-crc32c`` value of the concatenation of ``data``."""
+def data_crc(data: Sequence[Buffer]) -> int:
+    """The CRC-32C of the concatenation of ``data``."""
     value = 0
     for buf in data:
         value = crc32c(buf, value)
+    return value
+
+
+def checksum_header(data: Sequence[Buffer], crc: int | None = None) -> str:
+    """The ``x-amz-checksum-crc32c`` value of the concatenation of ``data`` (``crc``: its
+    CRC-32C, already known)."""
+    value = data_crc(data) if crc is None else crc
     return base64.b64encode(value.to_bytes(4, "big")).decode()
 
 
@@ -62,28 +73,33 @@ class DirectPutter(DirectHTTP):
     def __init__(self, ca_bundle: str | None = None, threads: int = THREADS) -> None:
         super().__init__(ca_bundle, threads, "s3-put")
 
-    async def put(self, url: str, auth: Any, data: Sequence[Buffer]) -> PutReply | None:
+    async def put(
+        self, url: str, auth: Any, data: Sequence[Buffer], crc: int | None = None
+    ) -> PutReply | None:
         """PUT the concatenation of ``data`` at ``url`` (the object's URL, no query) if
-        absent, signed by ``auth`` (botocore's ``S3SigV4QueryAuth``). None: use the SDK."""
+        absent, signed by ``auth`` (botocore's ``S3SigV4QueryAuth``), with ``crc`` (its
+        CRC-32C; None: computed here) as its checksum. None: use the SDK."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, self._put, url, auth, data)
+            return await loop.run_in_executor(self._pool, self._put, url, auth, data, crc)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             log.debug("direct PUT failed, falling back to the SDK: %s", exc)
             return None
 
     @staticmethod
-    def sign(url: str, auth: Any, data: Sequence[Buffer]) -> tuple[str, dict[str, str]]:
+    def sign(
+        url: str, auth: Any, data: Sequence[Buffer], crc: int | None = None
+    ) -> tuple[str, dict[str, str]]:
         """The presigned target (path and query) and the headers it was signed with."""
-        headers = {"If-None-Match": "*", "x-amz-checksum-crc32c": checksum_header(data)}
+        headers = {"If-None-Match": "*", "x-amz-checksum-crc32c": checksum_header(data, crc)}
         request = AWSRequest(method="PUT", url=url, headers=headers)
         auth.add_auth(request)
         signed = urlsplit(request.prepare().url)
         return signed.path + "?" + signed.query, headers
 
-    def _put(self, url: str, auth: Any, data: Sequence[Buffer]) -> PutReply | None:
+    def _put(self, url: str, auth: Any, data: Sequence[Buffer], crc: int | None) -> PutReply | None:
         parts = urlsplit(url)
-        target, headers = self.sign(url, auth, data)
+        target, headers = self.sign(url, auth, data, crc)
         length = sum(memoryview(b).nbytes for b in data)
         host = parts.hostname or ""
         for attempt in (0, 1):  # a kept-alive connection the server had closed: once more

@@ -27,7 +27,7 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from segments.s3_direct import DirectGetter
-from segments.s3_direct_put import EXPIRES_S, DirectPutter, PutReply
+from segments.s3_direct_put import EXPIRES_S, DirectPutter, PutReply, data_crc
 from segments.store import (
     Buffer,
     ObjectExistsError,
@@ -173,10 +173,17 @@ class S3Store:
 
     # ------------------------------------------------------------------ ObjectStore
 
-    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+    async def put_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
+        """``ObjectStore.put_if_absent``. ``crc32c`` (the concatenation's CRC-32C) is sent
+        as the direct PUT's ``x-amz-checksum-crc32c`` without hashing the bytes; the server
+        checks it. A wrong one is refused (400): the bytes are then hashed here once, and
+        if they do not match ``crc32c`` the PUT fails (StoreError) instead of falling back
+        to the SDK's PUT, so nothing is stored whose CRC the caller did not vouch for."""
         refused = None
         if (puts := self._puts) is not None:
-            reply = await self._direct_put(puts, key, data)
+            reply = await self._direct_put(puts, key, data, crc32c)
             if reply is not None and reply.status == 200:
                 if reply.etag is not None:
                     return reply.etag
@@ -187,6 +194,8 @@ class S3Store:
                 raise ObjectExistsError(key)
             elif reply is not None:
                 refused = reply.status
+                if crc32c is not None and await asyncio.to_thread(data_crc, data) != crc32c:
+                    raise StoreError(f"put {key}: the bytes do not match their CRC-32C")
         etag = await self._sdk_put(key, data)
         if refused is not None and puts is not None and self._puts is puts:
             # the direct form was refused where the SDK's succeeded (a store without the
@@ -197,7 +206,7 @@ class S3Store:
         return etag
 
     async def _direct_put(
-        self, puts: DirectPutter, key: str, data: Sequence[Buffer]
+        self, puts: DirectPutter, key: str, data: Sequence[Buffer], crc: int | None = None
     ) -> PutReply | None:
         """A direct conditional PUT (segments/s3_direct_put.py); None: use the SDK's."""
         client = await self._get_client()
@@ -211,7 +220,7 @@ class S3Store:
             return None
         base = str(client.meta.endpoint_url).rstrip("/")
         url = f"{base}/{quote(self.bucket, safe='')}/{quote(self._key(key), safe='/~')}"
-        return await puts.put(url, auth, data)
+        return await puts.put(url, auth, data, crc)
 
     async def _sdk_put(self, key: str, data: Sequence[Buffer]) -> str:
         body = data[0] if len(data) == 1 and isinstance(data[0], bytes) else b"".join(data)

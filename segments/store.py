@@ -44,10 +44,19 @@ class ObjectInfo:
 
 @runtime_checkable
 class ObjectStore(Protocol):
-    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+    async def put_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
         """Write the concatenation of ``data`` at ``key`` only if it does not exist.
 
         Returns the ETag. Raises ObjectExistsError if the key exists.
+
+        ``crc32c``: the CRC-32C of the concatenation, when the caller already has it
+        (``segments.format.BuiltSegment.crc32c``), so that the store does not hash the
+        bytes again for its ETag or checksum. It must be derived from the very bytes
+        passed (never from what they should be); without it the store computes it. What
+        each store does with a wrong one is in its docstring (the S3 store's server
+        refuses the object; the local store's ETag would not be its content's CRC).
         """
         ...
 

@@ -48,14 +48,16 @@ class GatedStore:
     def written_event(self, base: int) -> asyncio.Event:
         return self.written.setdefault(base, asyncio.Event())
 
-    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
+    async def put_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
         base = segment_base(key)
         if base is not None and base == self.held:
             self.entered.set()
             await self.release.wait()
             if self.fail:
                 raise StoreError(f"injected failure writing {key}")
-        etag = await self.inner.put_if_absent(key, data)
+        etag = await self.inner.put_if_absent(key, data, crc32c=crc32c)
         if base is not None:
             self.written_event(base).set()
         return etag

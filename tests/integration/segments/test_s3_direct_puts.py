@@ -16,10 +16,11 @@ from urllib.parse import urlsplit
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from crc32c import crc32c as crc32c_of
 
 from segments.s3_direct_put import EXPIRES_S, DirectPutter, checksum_header
 from segments.s3_store import S3Store
-from segments.store import Buffer, ObjectExistsError, open_store
+from segments.store import Buffer, ObjectExistsError, StoreError, open_store
 from tests.fixtures.broker import start_broker
 from tests.fixtures.s3 import S3Endpoint, create_bucket, s3_client
 from tests.integration.backends import consume_all
@@ -69,6 +70,24 @@ async def test_concurrent_direct_puts_one_winner(direct: S3Store) -> None:
     assert len(wins) == 1, results
     assert all(isinstance(r, ObjectExistsError) for r in results if not isinstance(r, str))
     assert (await direct.head("race/k")).etag == wins[0]  # type: ignore[union-attr]
+
+
+async def test_a_wrong_crc32c_is_refused_not_stored(direct: S3Store) -> None:
+    """The CRC-32C a caller gives (``put_if_absent``'s ``crc32c``, the broker's segments)
+    travels as the signed checksum: a wrong one is refused by the server and the PUT
+    fails, with no fallback to the SDK (the fixture fails the test on one); the right one
+    is taken. The net under CRCs derived without reading the bytes."""
+    if direct.server != "seaweedfs":  # type: ignore[attr-defined]
+        pytest.skip("moto's server does not verify x-amz-checksum-crc32c")
+    body = bytes(range(256)) * 4096
+    crc = crc32c_of(body)
+    with pytest.raises(StoreError, match="CRC-32C"):
+        await direct.put_if_absent("crc/obj", [body], crc32c=crc ^ 0x10)
+    assert await direct.head("crc/obj") is None  # nothing stored
+    assert direct._puts is not None  # noqa: SLF001  # direct PUTs stay on
+    etag = await direct.put_if_absent("crc/obj", [body[:1000], body[1000:]], crc32c=crc)
+    assert etag == hashlib.md5(body).hexdigest()
+    assert await direct.get("crc/obj") == body
 
 
 def _send(url: str, target: str, headers: dict[str, str], body: bytes) -> int:
@@ -155,8 +174,8 @@ async def test_a_refused_direct_put_falls_back_to_the_sdk_and_turns_off(
     assert isinstance(s, S3Store) and s._puts is not None  # noqa: SLF001
     sign = DirectPutter.sign
 
-    def bad_signature(url: str, auth: Any, data: Any) -> tuple[str, dict[str, str]]:
-        target, headers = sign(url, auth, data)
+    def bad_signature(url: str, auth: Any, data: Any, *crc: Any) -> tuple[str, dict[str, str]]:
+        target, headers = sign(url, auth, data, *crc)
         return target[:-1] + ("1" if target.endswith("0") else "0"), headers  # X-Amz-Signature
 
     monkeypatch.setattr(DirectPutter, "sign", staticmethod(bad_signature))

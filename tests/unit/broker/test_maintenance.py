@@ -339,8 +339,10 @@ class PausingStore:
             await self.release.wait()
         return await self.inner.get(key, start, end, if_match)
 
-    async def put_if_absent(self, key: str, data: Sequence[Buffer]) -> str:
-        return await self.inner.put_if_absent(key, data)
+    async def put_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
+        return await self.inner.put_if_absent(key, data, crc32c=crc32c)
 
     async def head(self, key: str) -> ObjectInfo | None:
         return await self.inner.head(key)

@@ -1,5 +1,7 @@
 """``LocalStore.put_if_absent`` drops a written object's pages from the page cache once it
-is durable (``KAFSCALE_KEEP_PAGE_CACHE=1``: keeps them); the object reads back intact."""
+is durable (``file://PATH?keep_page_cache=true``, or the deprecated
+``KAFSCALE_KEEP_PAGE_CACHE=1``: keeps them); the object reads back intact. The store's
+URL switches are parsed strictly."""
 
 from __future__ import annotations
 
@@ -63,9 +65,37 @@ async def test_written_objects_leave_the_page_cache_unless_kept(
     assert _resident_pages(str(tmp_path / "drop/t/0/seg")) < SIZE // mmap.PAGESIZE // 2
     assert await dropping.get("t/0/seg") == data  # read back from the disk, intact
 
-    monkeypatch.setenv("KAFSCALE_KEEP_PAGE_CACHE", "1")
-    keeping = LocalStore.from_url(f"file://{tmp_path}/keep")
-    assert not keeping.drop_cache
+    keeping = LocalStore.from_url(f"file://{tmp_path}/keep?keep_page_cache=true")
+    assert not keeping.drop_cache and keeping.root == str(tmp_path / "keep")
     await keeping.put_if_absent("t/0/seg", [data])
     assert _resident_pages(str(tmp_path / "keep/t/0/seg")) > SIZE // mmap.PAGESIZE // 2
     assert await keeping.get("t/0/seg") == data
+
+    monkeypatch.setenv("KAFSCALE_KEEP_PAGE_CACHE", "1")  # the deprecated alias
+    alias = LocalStore.from_url(f"file://{tmp_path}/alias")
+    assert not alias.drop_cache
+    await alias.put_if_absent("t/0/seg", [data])
+    assert _resident_pages(str(tmp_path / "alias/t/0/seg")) > SIZE // mmap.PAGESIZE // 2
+
+
+def test_url_switches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFSCALE_KEEP_PAGE_CACHE", raising=False)
+    monkeypatch.delenv("KAFSCALE_DIRECT_IO", raising=False)
+    plain = LocalStore.from_url(f"file://{tmp_path}/a")
+    assert plain.drop_cache and not plain.direct_io
+    both = LocalStore.from_url(f"file://{tmp_path}/a?keep_page_cache=1&direct_io=true")
+    assert not both.drop_cache and both.direct_io and both.root == str(tmp_path / "a")
+    off = LocalStore.from_url(f"file://{tmp_path}/a?keep_page_cache=false")
+    assert off.drop_cache
+    monkeypatch.setenv("KAFSCALE_KEEP_PAGE_CACHE", "1")
+    monkeypatch.setenv("KAFSCALE_DIRECT_IO", "1")
+    assert not LocalStore.from_url(f"file://{tmp_path}/a").drop_cache  # the env aliases
+    assert LocalStore.from_url(f"file://{tmp_path}/a").direct_io
+    assert LocalStore.from_url(f"file://{tmp_path}/a?keep_page_cache=false").drop_cache
+    assert not LocalStore.from_url(f"file://{tmp_path}/a?direct_io=false").direct_io
+    with pytest.raises(ValueError, match="keep_page_cahce"):
+        LocalStore.from_url(f"file://{tmp_path}/a?keep_page_cahce=true")  # a typo
+    with pytest.raises(ValueError, match="want true or false"):
+        LocalStore.from_url(f"file://{tmp_path}/a?keep_page_cache=maybe")
+    with pytest.raises(ValueError, match="empty path"):
+        LocalStore.from_url("file://?keep_page_cache=true")

@@ -10,9 +10,10 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import crc32c as crc_pkg
 import pytest
 
-from segments.local_store import TMP_MARKER, LocalStore
+from segments.local_store import ETAG_XATTR, TMP_MARKER, LocalStore, crc_etag
 from segments.s3_store import S3Store
 from segments.store import (
     Buffer,
@@ -78,6 +79,24 @@ async def test_if_match(store: ObjectStore) -> None:
         await store.get("m/obj", if_match=etag)  # a replaced object is fenced off
 
 
+async def test_put_with_its_crc32c(store: ObjectStore) -> None:
+    """A put given the content's CRC-32C (``put_if_absent``'s ``crc32c``: the broker's
+    segments) writes the same object, with the same ETag, as one that computes it."""
+    parts: list[Buffer] = [bytes(range(256)) * 300, memoryview(b"middle"), bytearray(b"end")]
+    whole = b"".join(parts)
+    crc = crc_pkg.crc32c(whole)
+    plain = await store.put_if_absent("crc/plain", parts)
+    given = await store.put_if_absent("crc/given", parts, crc32c=crc)
+    assert given == plain
+    assert await store.get("crc/given") == whole
+    info = await store.head("crc/given")
+    assert info is not None and info.etag == given and info.size == len(whole)
+    assert await store.get("crc/given", 0, 4, if_match=given) == whole[:4]
+    with pytest.raises(ObjectExistsError):
+        await store.put_if_absent("crc/given", [b"other"], crc32c=crc_pkg.crc32c(b"other"))
+    assert await store.get("crc/given") == whole
+
+
 async def test_missing_objects(store: ObjectStore) -> None:
     with pytest.raises(ObjectNotFoundError):
         await store.get("nope/obj")
@@ -136,6 +155,28 @@ async def test_local_etag_survives_restart(tmp_path: Path) -> None:
     assert await fresh.get("k", 0, 3, if_match=etag) == b"pay"
     info = await fresh.head("k")
     assert info is not None and info.etag == etag
+
+
+async def test_local_put_trusts_the_crc_given(tmp_path: Path) -> None:
+    """The local store does not hash what it is given a CRC for (the pass it saves), so
+    the ETag carries that CRC (segments/local_store.py, ``put_if_absent``): the broker
+    passes only CRCs derived from verified bytes. A wrong one stays consistent where it
+    was recorded, and a store that hashes the file (its recorded ETag gone) fences the
+    old ETag off rather than reading silently."""
+    store = LocalStore(str(tmp_path))
+    data = b"payload" * 100
+    wrong = crc_pkg.crc32c(data) ^ 0xFF
+    etag = await store.put_if_absent("k", [data], crc32c=wrong)
+    assert etag == crc_etag(wrong, len(data))
+    assert (await store.head("k")).etag == etag  # type: ignore[union-attr]
+    try:
+        os.removexattr(tmp_path / "k", ETAG_XATTR)
+    except OSError:
+        pass  # no xattrs here: the fresh store hashes the file anyway
+    fresh = LocalStore(str(tmp_path))
+    with pytest.raises(PreconditionFailedError):
+        await fresh.get("k", 0, 3, if_match=etag)
+    assert (await fresh.head("k")).etag == crc_etag(crc_pkg.crc32c(data), len(data))  # type: ignore[union-attr]
 
 
 async def test_local_rejects_escaping_keys(tmp_path: Path) -> None:
