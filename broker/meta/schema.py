@@ -224,9 +224,9 @@ class SegmentMeta:
     # (first offset, ms) pairs, the wall-clock time compaction first reached the offsets
     # from there on (tombstones there go delete.retention.ms after it)
     cleaned: tuple[tuple[int, int], ...] = ()
-    # the object's KAFS segment format version (docs/format.md, "Manifest entries"): 2 has
-    # its index inside, so no ``.index`` object exists beside it; 0: not recorded (entries
-    # written before it was: the index object may exist)
+    # the object's KAFS segment format version (docs/format.md, "Merged segments and the
+    # log start"): 2 has its index inside, so no ``.index`` object exists beside it; 0: not
+    # recorded (entries written before it was: the index object may exist)
     version: int = 0
 
     @property

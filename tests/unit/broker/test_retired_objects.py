@@ -1,9 +1,9 @@
-"""Retired segments send a DELETE only for objects that can exist (broker/deletion.py,
-docs/format.md "Manifest entries"): a manifest entry records its object's format version,
-so a version 2 segment (its index inside) gets no DELETE of an ``.index`` object, while
-entries that do not record it (written by an older broker) keep both DELETEs. On an
-in-process broker over a real local-directory store and embedded metadata store; the
-store's DELETE calls are counted."""
+"""Retired segments send a DELETE only for objects that can exist (broker/deletion.py;
+docs/format.md, "Merged segments and the log start"): a manifest entry records its
+object's format version, so a version 2 segment (its index inside) gets no DELETE of an
+``.index`` object, while entries that do not record it (written by an older broker) keep
+both DELETEs. On an in-process broker over a real local-directory store and embedded
+metadata store; the store's DELETE calls are counted."""
 
 from __future__ import annotations
 
