@@ -5,31 +5,46 @@ them as in ``bench.broker_ab`` (the order swapped every round); server CPU per M
 
     python -m bench.broker_ab_s3 [--base-tree DIR] [--base-params K=V,...] [--cycles N]
                                  [--rounds 10] [--messages 30000] [--modes idem,plain,paced]
+                                 [--window S] [--broker-arg=--F=V] [--base-arg=--F=V]
 
 ``base``: the broker of ``--base-tree`` (e.g. an export of main), or without it this tree's
 broker with ``--base-params`` added to its store URL (e.g. ``direct_puts=false``: the SDK's
 PUTs); ``local``: this tree's broker with the defaults, or with ``--cycles N`` flush cycles
 in flight (``bench.cycles_broker``; the default is ``broker.flush.MAX_CYCLES_IN_FLIGHT``).
+``--broker-arg``: a flag for both brokers, ``--base-arg``: for base only (e.g. base = this
+tree with another setting).
+
+``--window S`` (docs/benchmarks.md, "Round 4: SeaweedFS's cost per MB"): each trial is
+one produce and what follows it until S seconds from its start (the broker's merges and,
+with a deletion grace shorter than S, its deletes: the cost of those bytes that lands
+after the produce); per trial the broker's and SeaweedFS's CPU per MB over the window
+and the produce's MB/s.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from bench.broker_ab import run_pairs
+from bench.broker_run import MSG_SIZE, create_topics
 from bench.broker_targets import (
     S3_VOLUME_MB,
     BrokerLimits,
     Target,
     base_target,
     broker_target,
+    cpu_seconds,
     flush_interval_ms,
 )
+from bench.broker_workers import run_worker
 
 
 @contextlib.contextmanager
@@ -51,6 +66,44 @@ def _cycles_target(workdir: Path, url: str, limits: BrokerLimits, cycles: int) -
         broker.stop()
 
 
+def _window_trial(t: Target, mode: str, messages: int, window: float) -> tuple[float, ...]:
+    """(broker CPU ms/MB, SeaweedFS CPU ms/MB, MB/s): one produce, CPU over ``window`` s."""
+    topic = "ab-" + uuid.uuid4().hex[:8]
+    create_topics(t.bootstrap, [topic], 1)
+    cpu, store = cpu_seconds(t.pid), cpu_seconds(t.store_pid)
+    start = time.monotonic()
+    res = run_worker({"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": 1,
+                      "kind": "produce", "topic": topic, "messages": messages,
+                      "idempotence": mode != "plain"})  # fmt: skip
+    time.sleep(max(0.0, window - (time.monotonic() - start)))  # the bytes' follow-up work
+    mb = res["bytes"] / 1e6
+    return (1000 * (cpu_seconds(t.pid) - cpu) / mb,
+            1000 * (cpu_seconds(t.store_pid) - store) / mb, mb / res["seconds"])  # fmt: skip
+
+
+def run_window_pairs(
+    base: Target, new: Target, modes: list[str], rounds: int, messages: int, window: float
+) -> None:
+    """``run_pairs`` with ``_window_trial``: the order swapped every round."""
+    for t in (base, new):
+        _window_trial(t, "idem", 2000, 0)
+    for mode in modes:
+        rows: list[dict[str, tuple[float, ...]]] = []
+        for r in range(rounds):
+            order = (base, new) if r % 2 == 0 else (new, base)
+            rows.append({t.name: _window_trial(t, mode, messages, window) for t in order})
+            print(mode, r, {k: "broker {:.2f} ms/MB, SeaweedFS {:.2f} ms/MB, {:.1f} MB/s"
+                            .format(*v) for k, v in rows[-1].items()}, flush=True)  # fmt: skip
+        for i, what in enumerate(("broker CPU ms/MB", "SeaweedFS CPU ms/MB", "MB/s")):
+            b = [row["base"][i] for row in rows]
+            n = [row["local"][i] for row in rows]
+            d = [y - x for x, y in zip(b, n, strict=True)]
+            print(f"{mode}: {what} (window {window:g} s) median base {statistics.median(b):.2f}, "
+                  f"this tree {statistics.median(n):.2f}; paired difference median "
+                  f"{statistics.median(d):+.2f} (lower in {sum(x < 0 for x in d)} of {len(d)})",
+                  flush=True)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     from tests.fixtures.s3 import create_bucket, run_seaweedfs
 
@@ -61,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--messages", type=int, default=30_000)
     p.add_argument("--modes", default="idem,plain", help="idem, plain and/or paced")
+    p.add_argument("--window", type=float, help="seconds per trial: produce + follow-up")
+    p.add_argument("--broker-arg", action="append", default=[], help="a flag for both")
+    p.add_argument("--base-arg", action="append", default=[], help="a flag for base only")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-s3-"))
     limits = BrokerLimits()
@@ -76,16 +132,28 @@ def main(argv: list[str] | None = None) -> int:
                     workdir / "base",
                     args.base_tree,
                     limits,
-                    ["--store", base_url, "--workers", "1"],
+                    ["--store", base_url, "--workers", "1", *args.broker_arg, *args.base_arg],
                 )
             )
         else:
-            base = stack.enter_context(broker_target("base", workdir / "b", base_url, limits, []))
+            base = stack.enter_context(
+                broker_target(
+                    "base", workdir / "b", base_url, limits, [*args.broker_arg, *args.base_arg]
+                )
+            )
         if args.cycles is not None:
             new = stack.enter_context(_cycles_target(workdir / "n", new_url, limits, args.cycles))
         else:
-            new = stack.enter_context(broker_target("local", workdir / "n", new_url, limits, []))
-        run_pairs(base, new, args.modes.split(","), args.rounds, args.messages)
+            new = stack.enter_context(
+                broker_target("local", workdir / "n", new_url, limits, list(args.broker_arg))
+            )
+        base.store_pid = new.store_pid = endpoint.pid
+        if args.window is not None:
+            run_window_pairs(
+                base, new, args.modes.split(","), args.rounds, args.messages, args.window
+            )
+        else:
+            run_pairs(base, new, args.modes.split(","), args.rounds, args.messages)
     return 0
 
 

@@ -20,6 +20,9 @@ from broker.logfmt import FORMATS, setup_logging
 
 LOCAL_FLUSH_INTERVAL_MS = 2  # a local directory commits in a few ms
 S3_FLUSH_INTERVAL_MS = 5  # an S3 PUT takes tens of ms: batch a little more
+# on S3 a merge re-reads and re-writes its segments over the network: segments of a
+# full producer batch (~1 MB) stay as they are (docs/benchmarks.md, "Round 4")
+S3_MERGE_SMALL_BYTES = 512 * 1024
 DEFAULT_LISTEN = ("127.0.0.1", 9092)
 
 log = logging.getLogger(__name__)
@@ -115,7 +118,7 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "merge-small-bytes",
         "merge_small_bytes",
         int,
-        "segments smaller than this are merged (default 1048576)",
+        "segments smaller than this are merged (default 1048576 on file://, 524288 on s3://)",
     ),
     ("merge-max-bytes", "merge_max_bytes", int, "largest merged segment (default 16777216)"),
     (
@@ -318,6 +321,8 @@ def config_from_args(argv: Sequence[str]) -> tuple[BrokerConfig, str]:
     if "flush_interval_ms" not in values:  # measured defaults (docs/benchmarks.md)
         s3 = str(values.get("store_url", "")).startswith("s3://")
         values["flush_interval_ms"] = S3_FLUSH_INTERVAL_MS if s3 else LOCAL_FLUSH_INTERVAL_MS
+    if "merge_small_bytes" not in values and str(values.get("store_url", "")).startswith("s3://"):
+        values["merge_small_bytes"] = S3_MERGE_SMALL_BYTES
     config = BrokerConfig(**values)
     if args["port_offset"]:
         from broker.workers import shift_ports

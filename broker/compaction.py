@@ -52,7 +52,12 @@ from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from broker.txn_compaction import aborted_batch, cleanable_below_lso
 from broker.txn_partition import PartitionTxns, state_of
 from protocol.compaction import record_columns
-from segments.format import build_segment, iter_segment_batches, partition_prefix
+from segments.format import (
+    build_segment,
+    iter_segment_batches,
+    parse_header,
+    partition_prefix,
+)
 from segments.store import Buffer
 
 if TYPE_CHECKING:
@@ -298,6 +303,7 @@ class Compactor:
             name,
             created,
             cleaned,
+            parse_header(built.buffers[0]).version,
         )
         return list(out.sources), meta
 

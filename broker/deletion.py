@@ -108,7 +108,10 @@ class ObjectDeleter:
         for seg in segs:
             key = self.logs.object_key(lg, seg)
             self.logs.cache.evict(key)  # readers that already hold it keep their reference
-            keys += [k for k in (key, index_key_for(key)) if k not in self._pending]
+            # a version 2 object has its index inside: no DELETE of an ``.index`` that
+            # cannot exist (entries that do not record their version: both, as before)
+            both = (key, index_key_for(key)) if seg.has_index_object else (key,)
+            keys += [k for k in both if k not in self._pending]
         if not keys:
             return
         handle = loop.call_later(grace, self._spawn, keys)

@@ -31,7 +31,7 @@ from broker.meta.base import Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, SegmentMeta
 from protocol.errors import ErrorCode
-from segments.format import build_segment, parse_index, partition_prefix
+from segments.format import build_segment, parse_header, parse_index, partition_prefix
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -232,6 +232,7 @@ class Flusher:
                 etag,
                 name,
                 created_ms=int(time.time() * 1000),
+                version=parse_header(built.buffers[0]).version,
             )
 
     async def _contiguous(self, done: list[Done]) -> list[Done]:

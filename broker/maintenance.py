@@ -45,6 +45,7 @@ from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.format import (
     build_segment,
     iter_segment_batches,
+    parse_header,
     parse_index,
     partition_prefix,
 )
@@ -279,6 +280,7 @@ class Maintenance:
             etag,
             name,
             max(s.created_ms for s in run),
+            version=parse_header(built.buffers[0]).version,
         )
         faults.checkpoint("merge.before_commit")
         if not await self._commit_merge(lg, run, merged):

@@ -45,6 +45,7 @@ from segments.format import (
     build_segment,
     iter_segment_batches,
     object_name,
+    parse_header,
     partition_prefix,
     segment_key,
 )
@@ -183,6 +184,7 @@ async def _rewrite_cut(
         name,
         int(time.time() * 1000),
         seg.cleaned,
+        parse_header(built.buffers[0]).version,
     )
     return meta, key
 

@@ -230,6 +230,15 @@ class SegmentMeta:
     # (first offset, ms) pairs, the wall-clock time compaction first reached the offsets
     # from there on (tombstones there go delete.retention.ms after it)
     cleaned: tuple[tuple[int, int], ...] = ()
+    # the object's KAFS segment format version (docs/format.md, "Merged segments and the
+    # log start"): 2 has its index inside, so no ``.index`` object exists beside it; 0: not
+    # recorded (entries written before it was: the index object may exist)
+    version: int = 0
+
+    @property
+    def has_index_object(self) -> bool:
+        """Whether an ``.index`` object may exist beside the segment (version 1 or unknown)."""
+        return self.version < 2
 
     @property
     def retention_ts(self) -> int:
@@ -250,6 +259,8 @@ class SegmentMeta:
             d["created"] = self.created_ms
         if self.cleaned:
             d["cleaned"] = [[o, t] for o, t in self.cleaned]
+        if self.version > 0:
+            d["version"] = self.version
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -265,6 +276,7 @@ class SegmentMeta:
             str(d.get("key", "")),
             int(d.get("created", -1)),
             tuple((int(o), int(t)) for o, t in d.get("cleaned", ())),
+            int(d.get("version", 0)),
         )
 
 
