@@ -51,27 +51,29 @@ def _buffer(n: int) -> memoryview:
 
 
 def anonymous_buffer(n: int) -> memoryview:
-    """``n`` bytes of fresh anonymous memory, populated in one call (the GIL released).
+    """``n`` bytes of fresh anonymous memory for a body to be read into.
 
     Bodies of at least ``HUGE_MIN`` bytes start at a ``HUGE_PAGE`` boundary of a mapping
     advised ``MADV_HUGEPAGE``: the kernel backs them with 2 MiB pages where it can, so
-    populating 8 MiB costs four page allocations instead of 2,048 (micro-benchmark,
-    allocation + copy of 8 MiB: 0.07 against 0.45-0.57 ms/MB; docs/benchmarks.md, Round 4:
-    cold reads). The slack before the boundary is never touched (never resident). Where
-    the kernel has no transparent huge pages (or no ``MADV_POPULATE_WRITE``), the same
-    mapping is populated by ``MAP_POPULATE`` or by the first write, as before."""
+    8 MiB come in four page faults instead of 2,048, taken inside the socket read (the GIL
+    released). Micro-benchmark, allocation + copy of 8 MiB: 0.07 against 0.45-0.57 ms/MB
+    (docs/benchmarks.md, Round 4: cold reads). The slack before the boundary is never
+    touched (never resident); a tail short of a huge page gets ordinary pages. Smaller
+    bodies, and kernels without the advice, get a mapping populated at once (one call,
+    the GIL released, instead of a fault per page)."""
     if n < HUGE_MIN or not _HUGE:
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
         return memoryview(mmap.mmap(-1, n, flags=flags))
     m = mmap.mmap(-1, n + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     off = -_address(m) % HUGE_PAGE
     length = -(-n // PAGE) * PAGE
-    with contextlib.suppress(OSError):  # advice only: without it, ordinary pages
-        m.madvise(mmap.MADV_HUGEPAGE, off, length)
     try:
-        m.madvise(MADV_POPULATE_WRITE, off, length)
-    except OSError:  # before Linux 5.14: the pages come with the first write instead
-        pass
+        m.madvise(mmap.MADV_HUGEPAGE, off, length)
+    except OSError:  # ordinary pages, populated here (madvise holds the GIL: a small cost)
+        with contextlib.suppress(OSError):  # before Linux 5.14: by the first write instead
+            m.madvise(MADV_POPULATE_WRITE, off, length)
+    # huge pages: no populating here; the body's read faults them in, a fault per 2 MiB,
+    # with the GIL released (madvise holds it while the kernel zeroes the pages)
     return memoryview(m)[off : off + n]
 
 
