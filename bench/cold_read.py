@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -98,6 +99,56 @@ def _single_stream(endpoint: Any, bucket: str, prefix: str) -> tuple[float, int]
         client.close()
 
 
+def _cold(b: Any, n: int, fetch: int, s3_pid: int | None) -> dict[str, Any]:
+    """A cold consume by broker ``b`` started afresh (an empty cache), after its take."""
+    b.start()
+    try:
+        _take(b.bootstrap, "cold")
+        res = _consume(b.bootstrap, "cold", n, b.pid, fetch, s3_pid)
+        res["load"] = os.getloadavg()[0]
+        return res
+    finally:
+        b.stop()
+
+
+def _pair(
+    b: Any, base: Any, n: int, fetch: int, s3_pid: int | None, base_first: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One cold consume of this tree's broker and one of the base tree's, in the given order
+    (alternated by the caller: order effects)."""
+    if base_first:
+        other = _cold(base, n, fetch, s3_pid)
+        return _cold(b, n, fetch, s3_pid), other
+    mine = _cold(b, n, fetch, s3_pid)
+    return mine, _cold(base, n, fetch, s3_pid)
+
+
+def _print_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], gets: float) -> None:
+    """Per round: this tree's and the base tree's cold consume (ratio to the mean
+    single-stream GET, CPU per MB of broker / S3 server / consumer), then the medians."""
+    print(f"alternating rounds (ratio to the single-stream GET {gets:.1f} MB/s):")
+    cols: dict[str, list[float]] = {}
+    for i, pair in enumerate(pairs):
+        cells = []
+        for name, res in zip(("this", "base"), pair, strict=True):
+            mbs = res["bytes"] / res["seconds"] / 1e6
+            vals = {
+                "ratio": mbs / gets,
+                "broker": res["cpu_ms_per_mb"],
+                "s3": res.get("s3_ms_per_mb", 0.0),
+                "client": res["client_ms_per_mb"],
+            }
+            for k, v in vals.items():
+                cols.setdefault(f"{name} {k}", []).append(v)
+            cells.append(
+                f"{name} {mbs:.1f} MB/s ({vals['ratio']:.2f}), ms/MB broker {vals['broker']:.2f}"
+                f" S3 {vals['s3']:.2f} consumer {vals['client']:.2f}"
+            )
+        print(f"  {i + 1}: {'; '.join(cells)}; load {pair[0].get('load', 0.0):.1f}")
+    meds = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in cols.items())
+    print(f"  medians: {meds}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from tests.fixtures.broker import BrokerProcess, free_port, start_broker
     from tests.fixtures.s3 import create_bucket, run_seaweedfs
@@ -119,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="K=V",
         help="extra S3 URL parameter for both brokers (e.g. parallel_gets=true)",
     )
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with --base-tree: this many cold consumes of each broker, alternating "
+                   "(each after a restart: an empty cache), and their medians")  # fmt: skip
     p.add_argument("--broker-arg", action="append", default=[],
                    help="extra flag for this tree's broker (e.g. --readahead-bytes=0)")  # fmt: skip
     args = p.parse_args(argv)
@@ -147,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             b.stop()
         base = None
+        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
         if args.base_tree is not None:  # the same bucket and metadata, the older broker
             env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
             env["PYTHONPATH"] = str(args.base_tree.resolve())
@@ -163,13 +218,20 @@ def main(argv: list[str] | None = None) -> int:
             b.start()  # this tree's broker again, after the base tree's: order effects
             try:
                 _take(b.bootstrap, "cold")
-                res2 = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes)
+                res2 = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes, ep.pid)
+                res2["load"], base["load"] = os.getloadavg()[0], os.getloadavg()[0]
             finally:
                 b.stop()
             mbs2 = res2["bytes"] / res2["seconds"] / 1e6
             print(f"cold consume again, after the base tree's: {mbs2:.1f} MB/s, broker CPU "
                   f"{res2['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+            pairs = [(res2, base)] + [
+                _pair(b, bp, args.messages, args.fetch_bytes, ep.pid, r % 2 == 0)
+                for r in range(1, args.rounds)
+            ]
         gets1, n = _single_stream(ep, bucket, "bench/")
+        if args.base_tree is not None and args.rounds > 1:
+            _print_pairs(pairs, (gets0 + gets1) / 2)
     gets = (gets0 + gets1) / 2  # the machine is shared: the mean of before and after
     mbs = res["bytes"] / res["seconds"] / 1e6
     print(f"single-stream GET: {gets:.1f} MB/s over {n} segment objects (before the "

@@ -101,11 +101,18 @@ class Reader:
                 continue
             key = self.object_key(lg, seg)
             cached = self.logs.cache.get(key, seg.etag)
-            if cached is None and remote_reads:
+            # a read waits for one load at most: it stops before a second piece that is
+            # not cached (a large segment's cached window counts as cached)
+            ready = cached is not None or (
+                seg.size > WHOLE_READ_LIMIT and self.windows.cached(key, seg, offset)
+            )
+            if not ready and remote_reads:
                 break
             following = self._following(lg, idx)
             try:
-                view = await self._read_one(seg, key, cached, offset, max_bytes - total, following)
+                view, window_end = await self._read_one(
+                    seg, key, cached, offset, max_bytes - total, following
+                )
             except (ObjectNotFoundError, PreconditionFailedError):
                 attempts += 1
                 now = lg.segment_index(offset)
@@ -119,13 +126,15 @@ class Reader:
             if len(view) == 0:  # past the last batch (a compacted segment's gap): read on
                 offset = seg.last + 1
                 continue
-            remote_reads += cached is None
+            remote_reads += not ready
             if out and total + len(view) > max_bytes:
                 break
             out.append(view)
             total += len(view)
             last = self.last_read = _last_offset(view)
-            if last < seg.last and not seg.cleaned:  # the budget ended inside this segment
+            # the budget ended inside this segment (not a window of it: read on into the
+            # next window with the rest of the budget)
+            if last < seg.last and not seg.cleaned and not window_end:
                 break
             offset = last + 1  # (a compacted segment may end in a gap: read on to see)
         return out
@@ -158,17 +167,19 @@ class Reader:
         offset: int,
         budget: int,
         following: Callable[[], Iterator[Piece]],
-    ) -> memoryview:
+    ) -> tuple[memoryview, bool]:
+        """Whole batches from ``offset`` in ``seg``, and whether they end at the end of a
+        window of it with budget left (whole segments: never)."""
         if cached is not None:
-            return slice_batches(cached.data, cached.index, offset, budget)
+            return slice_batches(cached.data, cached.index, offset, budget), False
         if seg.size <= WHOLE_READ_LIMIT:
             data = await self.loader.load(key, seg, shared=True)
-            return slice_batches(data, None, offset, budget)
+            return slice_batches(data, None, offset, budget), False
         # larger segments: by windows (broker/segment_windows.py)
         layout = self.windows.layout(key, seg)
         if layout is None:
             layout = self.windows.remember(key, seg, *await self._index(key, seg))
-        return await self.windows.read(key, seg, layout, offset, budget, following)
+        return await self.windows.read_to(key, seg, layout, offset, budget, following)
 
     async def _index(self, key: str, seg: SegmentMeta) -> tuple[list[IndexEntry], int]:
         """The sparse index of the segment object ``key`` and its trailer's length (a

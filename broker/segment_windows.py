@@ -81,6 +81,12 @@ def slice_window(data: bytes, start: int, pos: int, offset: int, max_bytes: int)
     holding ``offset`` (walking from byte ``pos`` of the body), then the following ones
     that fit ``max_bytes``. Empty when the window ends before that batch."""
     view = memoryview(data)
+    rel, total = _slice(view, start, pos, offset, max_bytes)
+    return view[rel : rel + total] if total else _EMPTY
+
+
+def _slice(view: memoryview, start: int, pos: int, offset: int, max_bytes: int) -> tuple[int, int]:
+    """``slice_window``'s batches as (position in ``view``, length); length 0: none."""
     rel, n = pos - start, len(view)
     while rel < n:
         hdr = _header(view, rel, start)
@@ -91,9 +97,9 @@ def slice_window(data: bytes, start: int, pos: int, offset: int, max_bytes: int)
                 if total + size > max_bytes:
                     break
                 total += size
-            return view[rel : rel + total]
+            return rel, total
         rel += hdr.size
-    return _EMPTY
+    return rel, 0
 
 
 def _header(view: memoryview, rel: int, start: int) -> BatchHeader:
@@ -161,6 +167,15 @@ class Windows:
             for lo, hi in layout.windows_from(pos):
                 yield Piece(window_key(key, lo), key, seg, lo, hi)
 
+    def cached(self, key: str, seg: SegmentMeta, offset: int) -> bool:
+        """Whether the window a read of ``offset`` starts from is in the cache (its
+        layout known): such a read waits for no GET."""
+        layout = self.layout(key, seg)
+        if layout is None:
+            return False
+        lo, _hi = layout.window_at(_start(layout, offset))
+        return self._cache().get(window_key(key, lo), seg.etag) is not None
+
     async def read(
         self,
         key: str,
@@ -173,8 +188,22 @@ class Windows:
         """Whole batches from ``offset`` out of the window holding it (an empty view when
         ``offset`` is past the segment's last batch). ``following``: the pieces after
         this segment, read ahead once the reader is in its last windows."""
-        entry = lookup(layout.index, offset)
-        pos = entry.position if entry is not None else HEADER_SIZE
+        return (await self.read_to(key, seg, layout, offset, max_bytes, following))[0]
+
+    async def read_to(
+        self,
+        key: str,
+        seg: SegmentMeta,
+        layout: Layout,
+        offset: int,
+        max_bytes: int,
+        following: Callable[[], Iterable[Piece]],
+    ) -> tuple[memoryview, bool]:
+        """``read``, and whether the batches end at their window's end (not at
+        ``max_bytes``): the reader may go on into the next window with what is left of
+        its budget (broker/reads.py), instead of answering a short fetch at every window
+        boundary (docs/benchmarks.md, Round 4: cold reads)."""
+        pos = _start(layout, offset)
         while pos < layout.end:
             lo, hi = layout.window_at(pos)
             wkey = window_key(key, lo)
@@ -188,11 +217,18 @@ class Windows:
             # every read tops up the readahead (broker/segment_loader.py): the loads
             # follow the reader (a miss's after its own load, which they would slow down)
             self.loader.readahead(_chain(self.pieces(key, seg, hi), following))
-            view = slice_window(data, lo, pos, offset, max_bytes)  # type: ignore[arg-type]
-            if len(view):
-                return view
+            view = memoryview(data)
+            rel, total = _slice(view, lo, pos, offset, max_bytes)
+            if total:
+                return view[rel : rel + total], rel + total == len(view)
             pos = hi
-        return _EMPTY
+        return _EMPTY, False
+
+
+def _start(layout: Layout, offset: int) -> int:
+    """The indexed batch position a read of ``offset`` starts walking from."""
+    entry = lookup(layout.index, offset)
+    return entry.position if entry is not None else HEADER_SIZE
 
 
 def _chain(first: Iterable[Piece], then: Callable[[], Iterable[Piece]]) -> Iterator[Piece]:

@@ -139,10 +139,13 @@ async def load_index(
     its index trailer (docs/format.md). The header and the object's last ``TAIL_READ``
     bytes are read at once: a version 2 segment's trailer is in that tail unless its index
     is huge (then its exact range is read); a version 1 segment's index is the ``.index``
-    object beside it."""
+    object beside it. The segment's ranges are read by the store's ``get_buffer`` where it
+    has one (S3: direct GETs, not the SDK's, whose per-request CPU was ~15 % of a cold
+    read's broker samples: docs/benchmarks.md, Round 4: cold reads)."""
+    get = getattr(store, "get_buffer", store.get)
     tail_len = min(size - HEADER_SIZE, TAIL_READ)
     head, tail = await asyncio.gather(
-        store.get(key, 0, HEADER_SIZE, etag), store.get(key, size - tail_len, size, etag)
+        get(key, 0, HEADER_SIZE, etag), get(key, size - tail_len, size, etag)
     )
     trailer = index_trailer_length(head, size)
     if not trailer:
@@ -150,7 +153,7 @@ async def load_index(
     if trailer + FOOTER_SIZE <= len(tail):
         return parse_index(memoryview(tail)[-FOOTER_SIZE - trailer : -FOOTER_SIZE]), trailer
     end = size - FOOTER_SIZE
-    return parse_index(await store.get(key, end - trailer, end, etag)), trailer
+    return parse_index(await get(key, end - trailer, end, etag)), trailer
 
 
 def scan_segment(data: Buffer) -> list[BatchPosition]:

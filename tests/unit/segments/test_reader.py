@@ -97,6 +97,48 @@ async def test_load_index_reads_either_layout(tmp_path: Path, version: int) -> N
     assert store.ranges[2:] == ([] if version == 2 else [(None, None)])
 
 
+class BufferStore(RecordingStore):
+    """A store with a read-path GET (``get_buffer``, as S3's direct GETs), which records
+    its ranges apart from ``get``'s."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.buffer_ranges: list[tuple[int | None, int | None]] = []
+
+    async def get_buffer(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> memoryview:
+        self.buffer_ranges.append((start, end))
+        return memoryview(await LocalStore.get(self, key, start, end, if_match)).toreadonly()
+
+
+@pytest.mark.parametrize("sizes", [[5, 1, 7, 3], [1] * 7000], ids=["tail", "huge-trailer"])
+async def test_load_index_reads_the_segment_by_get_buffer(
+    tmp_path: Path, version: int, sizes: list[int]
+) -> None:
+    """The segment's ranges go through the read path's GET (S3: a direct GET, not the
+    SDK's); only a version 1 segment's ``.index`` object is read by ``get``."""
+    store = BufferStore(str(tmp_path))
+    built, data = make_segment(
+        100, sizes, version=version, index_interval=5 if len(sizes) < 9 else 1, value_size=1
+    )
+    etag = await store.put_if_absent("t/0/seg.kfs", built.buffers)
+    if version == 1:
+        await store.put_if_absent("t/0/seg.index", [built.index])
+    index, trailer = await load_index(store, "t/0/seg.kfs", len(data), etag)
+    assert index == parse_index(built.index)
+    assert trailer == (len(built.index) if version == 2 else 0)
+    tail = (max(HEADER_SIZE, len(data) - TAIL_READ), len(data))
+    assert sorted(store.buffer_ranges[:2], key=str) == sorted([(0, HEADER_SIZE), tail], key=str)
+    huge = version == 2 and len(built.index) > TAIL_READ
+    assert store.buffer_ranges[2:] == ([(body_end(data), len(data) - FOOTER_SIZE)] if huge else [])
+    assert store.ranges == ([] if version == 2 else [(None, None)])
+
+
 async def test_load_index_of_a_huge_trailer_reads_its_range(tmp_path: Path, version: int) -> None:
     """An index longer than the tail read with the header: its exact range is read."""
     store, etag, built, data = await stored(
