@@ -4,7 +4,8 @@ them as in ``bench.broker_ab`` (the order swapped every round); server CPU per M
 ``/proc`` (docs/benchmarks.md, "Round 3: S3 produce").
 
     python -m bench.broker_ab_s3 [--base-tree DIR] [--base-params K=V,...] [--cycles N]
-                                 [--rounds 10] [--messages 30000] [--modes idem,plain,paced]
+                                 [--rounds 10] [--messages 30000]
+                                 [--modes idem,plain,paced,paced_plain]
 
 ``base``: the broker of ``--base-tree`` (e.g. an export of main), or without it this tree's
 broker with ``--base-params`` added to its store URL (e.g. ``direct_puts=false``: the SDK's
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, help="flush cycles in flight of this tree's broker")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--messages", type=int, default=30_000)
-    p.add_argument("--modes", default="idem,plain", help="idem, plain and/or paced")
+    p.add_argument("--modes", default="idem,plain",
+                   help="idem, plain, paced and/or paced_plain")  # fmt: skip
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-s3-"))
     limits = BrokerLimits()
