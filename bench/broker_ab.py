@@ -88,14 +88,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--local-arg", action="append", default=[],
                    help="extra broker flag for this tree's broker only (e.g. the base tree "
                         "= this tree, to A/B one setting)")  # fmt: skip
+    p.add_argument(
+        "--cycles",
+        type=int,
+        help="flush cycles in flight of this tree's broker (bench.cycles_broker)",
+    )
+    p.add_argument(
+        "--switch-ms",
+        type=float,
+        help="thread switch interval of this tree's broker (bench.cycles_broker)",
+    )
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-"))
     limits = BrokerLimits()
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(base_target(workdir / "base", args.base_tree, limits, []))
-        new = stack.enter_context(
-            broker_target("local", workdir / "local", None, limits, args.local_arg)
-        )
+        if args.cycles is not None or args.switch_ms is not None:
+            from bench.broker_ab_s3 import _cycles_target
+            from broker.flush import MAX_CYCLES_IN_FLIGHT
+
+            cycles = args.cycles or MAX_CYCLES_IN_FLIGHT
+            new = stack.enter_context(
+                _cycles_target(workdir / "local", None, limits, cycles, args.switch_ms)
+            )
+        else:
+            new = stack.enter_context(
+                broker_target("local", workdir / "local", None, limits, args.local_arg)
+            )
         run_pairs(base, new, args.modes.split(","), args.rounds, args.messages)
     return 0
 

@@ -34,20 +34,29 @@ from bench.broker_targets import (
 
 
 @contextlib.contextmanager
-def _cycles_target(workdir: Path, url: str, limits: BrokerLimits, cycles: int) -> Iterator[Target]:
-    """This tree's broker on ``url`` with ``cycles`` flush cycles in flight."""
+def _cycles_target(
+    workdir: Path,
+    url: str | None,
+    limits: BrokerLimits,
+    cycles: int,
+    switch_ms: float | None = None,
+) -> Iterator[Target]:
+    """This tree's broker on ``url`` (None: the local store) with ``cycles`` flush cycles
+    in flight (and ``switch_ms``: the interpreter's thread switch interval)."""
     from tests.fixtures.broker import free_port, start_broker
 
     http = free_port()
     args = ("--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args())
     env = {"BENCH_CYCLES": str(cycles)}
+    if switch_ms is not None:
+        env["BENCH_SWITCH_MS"] = str(switch_ms)
     broker = start_broker(
         workdir, store_url=url, extra_args=args, env=env, module="bench.cycles_broker"
     )
     try:
         yield Target("local", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
                      limits.broker_inflight_bytes + limits.cache_bytes,
-                     flush_interval_ms([], True))  # fmt: skip
+                     flush_interval_ms([], url is not None))  # fmt: skip
     finally:
         broker.stop()
 

@@ -190,4 +190,5 @@ def _brief(res: dict[str, Any]) -> str:
         text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
     if "broker_p99_ms" in res:  # the broker's own Produce p99 (bench/broker_waits.py)
         text += f"  broker p99 {res['broker_p99_ms']:.1f} ms ({res['broker_count']})"
+        text += f"  merged {res.get('merged', '-')}"
     return text

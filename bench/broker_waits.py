@@ -24,6 +24,9 @@ TIMER = "kafscale_flush_timer_delay_seconds"  # the flush timer's lateness: loop
 #: histogram -> the result key's prefix
 KEYS = {PUT: "put", COMMIT: "commit", WAIT: "wait", PRODUCE: "broker", PRODUCE_WAIT: "acked",
         ORDER: "order", TIMER: "lag"}  # fmt: skip
+#: counters whose growth during the phase is reported (result key): segments merged by
+#: the broker's maintenance meanwhile (a burst's merges share the disk and the cores)
+COUNTERS = {"kafscale_maintenance_merged_segments_total": "merged"}
 Buckets = dict[float, float]  # upper bound (s) -> cumulative count
 
 
@@ -38,6 +41,10 @@ def scrape_buckets(url: str | None) -> dict[str, Buckets]:
         return {}
     out: dict[str, Buckets] = {}
     for line in text.splitlines():
+        counter, _, value = line.partition(" ")
+        if counter in COUNTERS:
+            out[counter] = {math.inf: float(value)}
+            continue
         name, _, rest = line.partition("_bucket{")
         if name not in KEYS:
             continue
@@ -76,4 +83,7 @@ def waits(before: dict[str, Buckets], after: dict[str, Buckets]) -> dict[str, An
         if name in after:
             p99, n = quantile(before.get(name, {}), after[name], 0.99)
             out[f"{key}_p99_ms"], out[f"{key}_count"] = p99, n
+    for name, key in COUNTERS.items():
+        if name in after:
+            out[key] = int(after[name][math.inf] - before.get(name, {}).get(math.inf, 0.0))
     return out
