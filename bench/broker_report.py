@@ -35,6 +35,7 @@ ROWS: list[tuple[str, str, str]] = [
     # docs/benchmarks.md, "Round 4: paced p99": the broker's share of the paced p99 (its
     # Produce requests, read -> response written) and what lies inside it
     ("  paced: broker Produce p99 ms", "paced", "broker_p99_ms"),
+    ("  paced: the same per byte (~per msg)", "paced", "bytes_p99_ms"),
     ("  paced: broker commit wait p99 ms", "paced", "acked_p99_ms"),
     ("  paced: cycle's wait for prior commit p99", "paced", "order_p99_ms"),
     ("  paced: flush timer lag p99 ms", "paced", "lag_p99_ms"),
@@ -43,6 +44,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("paced plain (non-idem.) p99 ms", "paced_plain", "p99_ms"),
     ("  plain: interval+PUT+txn p99 ms", "paced_plain", "budget"),
     ("  plain: broker Produce p99 ms", "paced_plain", "broker_p99_ms"),
+    ("  plain: the same per byte (~per msg)", "paced_plain", "bytes_p99_ms"),
     ("  plain: broker commit wait p99 ms", "paced_plain", "acked_p99_ms"),
     ("  plain: wait for a cycle p99 ms", "paced_plain", "wait_p99_ms"),
     ("  plain: cycle's wait for prior commit p99", "paced_plain", "order_p99_ms"),

@@ -190,5 +190,6 @@ def _brief(res: dict[str, Any]) -> str:
         text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
     if "broker_p99_ms" in res:  # the broker's own Produce p99 (bench/broker_waits.py)
         text += f"  broker p99 {res['broker_p99_ms']:.1f} ms ({res['broker_count']})"
+        text += f" per byte {res.get('bytes_p99_ms', float('nan')):.1f} ms"
         text += f"  merged {res.get('merged', '-')}"
     return text

@@ -19,11 +19,12 @@ COMMIT = "kafscale_flush_commit_duration_seconds"
 WAIT = "kafscale_flush_wait_seconds"  # a batch's wait for its cycle to start
 PRODUCE = "kafscale_produce_request_duration_seconds"  # request read -> response written
 PRODUCE_WAIT = "kafscale_produce_commit_wait_seconds"  # its wait on the flush and commit
+PER_BYTE = "kafscale_produce_byte_duration_seconds"  # the same per byte: ~ per message
 ORDER = "kafscale_flush_order_wait_seconds"  # a cycle's wait for the previous commit
 TIMER = "kafscale_flush_timer_delay_seconds"  # the flush timer's lateness: loop lag
 #: histogram -> the result key's prefix
 KEYS = {PUT: "put", COMMIT: "commit", WAIT: "wait", PRODUCE: "broker", PRODUCE_WAIT: "acked",
-        ORDER: "order", TIMER: "lag"}  # fmt: skip
+        PER_BYTE: "bytes", ORDER: "order", TIMER: "lag"}  # fmt: skip
 #: counters whose growth during the phase is reported (result key): segments merged by
 #: the broker's maintenance meanwhile (a burst's merges share the disk and the cores)
 COUNTERS = {"kafscale_maintenance_merged_segments_total": "merged"}
@@ -76,7 +77,7 @@ def quantile(before: Buckets, after: Buckets, q: float) -> tuple[float, int]:
 
 def waits(before: dict[str, Buckets], after: dict[str, Buckets]) -> dict[str, Any]:
     """``put_p99_ms``, ``commit_p99_ms``, ``wait_p99_ms`` (and ``broker_``, ``acked_``,
-    ``order_``, ``lag_``) and their counts for one phase (only those the broker exports:
+    ``bytes_``, ``order_``, ``lag_``) and their counts for one phase (only those the broker exports:
     a base tree from before they existed has fewer or none)."""
     out: dict[str, Any] = {}
     for name, key in KEYS.items():

@@ -14,6 +14,7 @@ internal switch for bench/obs.py to measure their cost) only connections are cou
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import Any
@@ -29,7 +30,8 @@ _now = time.perf_counter
 
 #: one (API, version)'s histograms: total, queued, commit wait, request size, response
 #: size, the API's name, and (Produce only) the same total and commit wait in fine buckets
-Children = tuple[Hist, Hist, Hist, Hist, Hist, str, tuple[Hist, Hist] | None]
+#: plus the total counted once per byte of the request
+Children = tuple[Hist, Hist, Hist, Hist, Hist, str, tuple[Hist, Hist, Hist] | None]
 
 
 class RequestRecorder:
@@ -79,6 +81,16 @@ class RequestRecorder:
                 "produce_commit_wait_seconds",
                 "Produce: time its deferred response waited on the flush and commit "
                 "(fine buckets).",
+                (),
+                WAIT_BUCKETS,
+            ).child(),
+            # a client's latency is per message, the request's per request: a slow request
+            # carries the messages that piled up behind it. Counted per byte of the request
+            # frame (fixed-size records: about per record), it compares with the client's
+            t.histogram(
+                "produce_byte_duration_seconds",
+                "Produce: the request duration (as produce_request_duration_seconds) counted "
+                "once per byte of the request frame.",
                 (),
                 WAIT_BUCKETS,
             ).child(),
@@ -178,7 +190,8 @@ class ConnectionRecorder:
     def __init__(self, rec: RequestRecorder) -> None:
         self.rec = rec
         self._arrived: deque[tuple[float, int]] = deque()  # (arrival time, frame size)
-        self._started: deque[tuple[float, Children]] = deque()  # (arrival, histograms)
+        # (arrival, histograms, frame size)
+        self._started: deque[tuple[float, Children, int]] = deque()
 
     def opened(self) -> None:
         rec = self.rec
@@ -202,7 +215,7 @@ class ConnectionRecorder:
         c = self.rec.children(hdr.api_key, hdr.api_version)
         c[1].observe(_now() - arrived)
         c[3].observe(size)
-        self._started.append((arrived, c))
+        self._started.append((arrived, c, size))
 
     def deferred(self, response: Awaitable[Any]) -> Awaitable[Any]:
         """``response`` is the deferred response of the request started last: returned
@@ -218,11 +231,14 @@ class ConnectionRecorder:
         response, an acks=0 Produce)."""
         if not self._started:
             return
-        arrived, c = self._started.popleft()
+        arrived, c, size = self._started.popleft()
         took = _now() - arrived
         c[0].observe(took)
         if c[6] is not None:
             c[6][0].observe(took)
+            per_byte = c[6][2]
+            per_byte.counts[bisect_left(per_byte.bounds, took)] += size
+            per_byte.sum += took * size
         if buffers:  # bytes, bytearrays and byte-format memoryviews: len() is the size
             c[4].observe(sum(map(len, buffers)))
             self.rec.count_errors(c[5], response)

@@ -129,7 +129,7 @@ async def test_produce_is_timed_again_in_fine_buckets_and_other_apis_are_not() -
     rec = RequestRecorder(t, routes=cast(Mapping[int, Any], ROUTES))
     conn = rec.connection()
     for key, version in ((ApiKey.PRODUCE, 9), (ApiKey.METADATA, 12), (ApiKey.PRODUCE, 9)):
-        conn.arrived(100)
+        conn.arrived(100 if key == ApiKey.PRODUCE else 7)
         conn.started(_hdr(key, version))
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(conn.deferred(fut))
@@ -137,9 +137,13 @@ async def test_produce_is_timed_again_in_fine_buckets_and_other_apis_are_not() -
         await task
         conn.finished(error_response(key, ErrorCode.NONE), [b"x" * 30])
     s = _samples(t)
-    for name in ("produce_request_duration_seconds", "produce_commit_wait_seconds"):
+    names = ("produce_request_duration_seconds", "produce_commit_wait_seconds")
+    for name in names:
         assert s[(f"kafscale_{name}_count", ())] == 2
+    for name in (*names, "produce_byte_duration_seconds"):
         bounds = {dict(lbl)["le"] for n, lbl in s if n == f"kafscale_{name}_bucket"}
         assert {"0.0015", "0.0065", "0.0125"} <= bounds  # finer than the default buckets
     total = ("kafscale_request_duration_seconds_count", (("api", "Produce"), ("version", "9")))
     assert s[total] == 2
+    # once per byte of the two 100-byte Produce frames, none for the Metadata one
+    assert s[("kafscale_produce_byte_duration_seconds_count", ())] == 200
