@@ -4,7 +4,8 @@ them as in ``bench.broker_ab`` (the order swapped every round); server CPU per M
 ``/proc`` (docs/benchmarks.md, "Round 3: S3 produce").
 
     python -m bench.broker_ab_s3 [--base-tree DIR] [--base-params K=V,...] [--cycles N]
-                                 [--rounds 10] [--messages 30000] [--modes idem,plain,paced]
+                                 [--rounds 10] [--messages 30000]
+                                 [--modes idem,plain,paced,paced_plain]
                                  [--window S] [--broker-arg=--F=V] [--base-arg=--F=V]
 
 ``base``: the broker of ``--base-tree`` (e.g. an export of main), or without it this tree's
@@ -48,20 +49,29 @@ from bench.broker_workers import run_worker
 
 
 @contextlib.contextmanager
-def _cycles_target(workdir: Path, url: str, limits: BrokerLimits, cycles: int) -> Iterator[Target]:
-    """This tree's broker on ``url`` with ``cycles`` flush cycles in flight."""
+def _cycles_target(
+    workdir: Path,
+    url: str | None,
+    limits: BrokerLimits,
+    cycles: int,
+    switch_ms: float | None = None,
+) -> Iterator[Target]:
+    """This tree's broker on ``url`` (None: the local store) with ``cycles`` flush cycles
+    in flight (and ``switch_ms``: the interpreter's thread switch interval)."""
     from tests.fixtures.broker import free_port, start_broker
 
     http = free_port()
     args = ("--http", f"127.0.0.1:{http}", "--log-level", "WARNING", *limits.args())
     env = {"BENCH_CYCLES": str(cycles)}
+    if switch_ms is not None:
+        env["BENCH_SWITCH_MS"] = str(switch_ms)
     broker = start_broker(
         workdir, store_url=url, extra_args=args, env=env, module="bench.cycles_broker"
     )
     try:
         yield Target("local", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
                      limits.broker_inflight_bytes + limits.cache_bytes,
-                     flush_interval_ms([], True))  # fmt: skip
+                     flush_interval_ms([], url is not None))  # fmt: skip
     finally:
         broker.stop()
 
@@ -113,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, help="flush cycles in flight of this tree's broker")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--messages", type=int, default=30_000)
-    p.add_argument("--modes", default="idem,plain", help="idem, plain and/or paced")
+    p.add_argument("--modes", default="idem,plain",
+                   help="idem, plain, paced and/or paced_plain")  # fmt: skip
     p.add_argument("--window", type=float, help="seconds per trial: produce + follow-up")
     p.add_argument("--broker-arg", action="append", default=[], help="a flag for both")
     p.add_argument("--base-arg", action="append", default=[], help="a flag for base only")

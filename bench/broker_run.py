@@ -46,7 +46,10 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
         fut.result(30)
 
 
-PHASES = ("produce", "produce_idem", "paced", "consume", "consume_cached")
+PHASES = ("produce", "produce_idem", "paced", "paced_plain", "consume", "consume_cached")
+#: the paced phases: idempotent (one request in flight per partition, docs/benchmarks.md
+#: "Round 2b") and plain (requests pipelined), at the same rate
+PACED = ("paced", "paced_plain")
 CACHED_MESSAGES = 40_000  # at most this many for the from-cache consume (fits 64 MiB)
 SETTLE_S = 3.5  # after its fill: merges of the new segments (2 s min age) are done
 IDLE_S = 1.5  # then the idle broker's CPU is measured this long
@@ -54,7 +57,7 @@ CACHED_PASSES = 3
 
 
 def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, Any]]:
-    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced", "cached")}
+    topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced", "plain", "cached")}
     if target.name != "mock":
         create_topics(target.bootstrap, list(topics.values()), plan.partitions)
     base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
@@ -66,6 +69,9 @@ def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, An
                          "idempotence": True},
         "paced": {"kind": "produce", "topic": topics["paced"], "idempotence": True,
                   "messages": int(plan.paced_rate * plan.paced_seconds), "rate": plan.paced_rate},
+        "paced_plain": {"kind": "produce", "topic": topics["plain"], "idempotence": False,
+                        "messages": int(plan.paced_rate * plan.paced_seconds),
+                        "rate": plan.paced_rate},
         "consume": {"kind": "consume", "topic": topics["produce"], "messages": plan.messages,
                     "rewind": target.name == "mock"},
         # a topic small enough for the segment cache, produced just before (untimed, in
@@ -122,7 +128,7 @@ def _idle_cpu_rate(pid: int | None, seconds: float = IDLE_S) -> float:
 
 def _median(trials: list[dict[str, Any]], phase: str) -> dict[str, Any]:
     """The trial with the median figure (throughput; p50 for the paced run)."""
-    key = (lambda r: r["p50_ms"]) if phase == "paced" else (lambda r: rate(r, True)[0])
+    key = (lambda r: r["p50_ms"]) if phase in PACED else (lambda r: rate(r, True)[0])
     return sorted(trials, key=key)[len(trials) // 2]
 
 
@@ -182,4 +188,8 @@ def _brief(res: dict[str, Any]) -> str:
         text += f"  cycle wait p99 {res['wait_p99_ms']:.1f} ms"
     if "p50_ms" in res:
         text += f"  p50 {res['p50_ms']:.1f} ms  p99 {res['p99_ms']:.1f} ms"
+    if "broker_p99_ms" in res:  # the broker's own Produce p99 (bench/broker_waits.py)
+        text += f"  broker p99 {res['broker_p99_ms']:.1f} ms ({res['broker_count']})"
+        text += f" per byte {res.get('bytes_p99_ms', float('nan')):.1f} ms"
+        text += f"  merged {res.get('merged', '-')}"
     return text

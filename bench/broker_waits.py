@@ -2,6 +2,10 @@
 the p99 of its segment PUTs and of its metadata transactions (fine-bucketed histograms,
 ``broker/log_metrics.py``), so the paced p99 can be set against
 ``flush interval + PUT p99 + metadata-transaction p99`` measured in the same run (issue 13).
+Beside them (docs/benchmarks.md, "Round 4: paced p99"): the broker's own Produce latency
+(request read -> response written) and its wait on the flush and commit
+(``broker/request_metrics.py``), a cycle's wait for the previous cycle's commit, and how
+late the flush timer ran (the event loop's lag).
 """
 
 from __future__ import annotations
@@ -13,6 +17,17 @@ from typing import Any
 PUT = "kafscale_segment_put_duration_seconds"
 COMMIT = "kafscale_flush_commit_duration_seconds"
 WAIT = "kafscale_flush_wait_seconds"  # a batch's wait for its cycle to start
+PRODUCE = "kafscale_produce_request_duration_seconds"  # request read -> response written
+PRODUCE_WAIT = "kafscale_produce_commit_wait_seconds"  # its wait on the flush and commit
+PER_BYTE = "kafscale_produce_byte_duration_seconds"  # the same per byte: ~ per message
+ORDER = "kafscale_flush_order_wait_seconds"  # a cycle's wait for the previous commit
+TIMER = "kafscale_flush_timer_delay_seconds"  # the flush timer's lateness: loop lag
+#: histogram -> the result key's prefix
+KEYS = {PUT: "put", COMMIT: "commit", WAIT: "wait", PRODUCE: "broker", PRODUCE_WAIT: "acked",
+        PER_BYTE: "bytes", ORDER: "order", TIMER: "lag"}  # fmt: skip
+#: counters whose growth during the phase is reported (result key): segments merged by
+#: the broker's maintenance meanwhile (a burst's merges share the disk and the cores)
+COUNTERS = {"kafscale_maintenance_merged_segments_total": "merged"}
 Buckets = dict[float, float]  # upper bound (s) -> cumulative count
 
 
@@ -27,8 +42,12 @@ def scrape_buckets(url: str | None) -> dict[str, Buckets]:
         return {}
     out: dict[str, Buckets] = {}
     for line in text.splitlines():
+        counter, _, value = line.partition(" ")
+        if counter in COUNTERS:
+            out[counter] = {math.inf: float(value)}
+            continue
         name, _, rest = line.partition("_bucket{")
-        if name not in (PUT, COMMIT, WAIT):
+        if name not in KEYS:
             continue
         labels, _, value = rest.partition("} ")
         le = labels.split('le="', 1)[1].split('"', 1)[0]
@@ -57,11 +76,15 @@ def quantile(before: Buckets, after: Buckets, q: float) -> tuple[float, int]:
 
 
 def waits(before: dict[str, Buckets], after: dict[str, Buckets]) -> dict[str, Any]:
-    """``put_p99_ms``, ``commit_p99_ms``, ``wait_p99_ms`` and their counts for one phase
-    (empty if the broker exports none, e.g. a base tree from before they existed)."""
+    """``put_p99_ms``, ``commit_p99_ms``, ``wait_p99_ms`` (and ``broker_``, ``acked_``,
+    ``bytes_``, ``order_``, ``lag_``) and their counts for one phase (only those the broker exports:
+    a base tree from before they existed has fewer or none)."""
     out: dict[str, Any] = {}
-    for name, key in ((PUT, "put"), (COMMIT, "commit"), (WAIT, "wait")):
+    for name, key in KEYS.items():
         if name in after:
             p99, n = quantile(before.get(name, {}), after[name], 0.99)
             out[f"{key}_p99_ms"], out[f"{key}_count"] = p99, n
+    for name, key in COUNTERS.items():
+        if name in after:
+            out[key] = int(after[name][math.inf] - before.get(name, {}).get(math.inf, 0.0))
     return out

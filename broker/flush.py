@@ -87,8 +87,20 @@ class Flusher:
             )
 
     def _fire(self) -> None:
-        self._timer = None
+        timer, self._timer = self._timer, None
+        if timer is not None:  # how late it ran: the event loop's lag (docs/benchmarks.md)
+            late = asyncio.get_running_loop().time() - timer.when()
+            self.logs.metrics.flush_timer_delay.observe(max(0.0, late))
         self._wake.set()
+
+    def _cycle_done(self, task: asyncio.Task[None]) -> None:
+        self._cycles.remove(task)
+        # flush-when-idle also when the last cycle in flight has just ended: what was
+        # appended meanwhile starts its cycle now instead of waiting out its flush timer
+        # on an idle flusher (docs/benchmarks.md, "Round 4: paced p99")
+        if self.config.flush_when_idle and not self._cycles:
+            if any(lg.pending for lg in self._dirty):
+                self._wake.set()
 
     async def flush(self, logs: list[PartitionLog]) -> None:
         """Run flush cycles until ``logs`` have nothing buffered or in flight (hand-off,
@@ -141,7 +153,7 @@ class Flusher:
         jobs = [(lg, lg.take_pending()) for lg in ready]
         task = asyncio.create_task(self._run_cycle(jobs, prev), name="flush-cycle")
         self._cycles.append(task)
-        task.add_done_callback(self._cycles.remove)
+        task.add_done_callback(self._cycle_done)
 
     async def _run_cycle(self, jobs: list[Job], prev: asyncio.Task[None] | None) -> None:
         started = time.perf_counter()
@@ -165,8 +177,10 @@ class Flusher:
             uploads = await asyncio.gather(
                 *(self._upload(sem, lg, pend) for lg, pend in jobs), return_exceptions=True
             )
+            ordered = time.perf_counter()
             if prev is not None:  # its commit (or failure) first: it may move hw
                 await asyncio.wait([prev])
+            self.logs.metrics.flush_order_wait.observe(time.perf_counter() - ordered)
             done: list[Done] = []
             for (lg, pend), res in zip(jobs, uploads, strict=True):
                 if isinstance(res, BaseException):

@@ -67,6 +67,20 @@ class LogMetrics:
             (),
             WAIT_BUCKETS,
         ).child()
+        # what else lies between a batch's arrival and its acknowledgement (docs/benchmarks.md,
+        # "Round 4: paced p99"): the commit order and the event loop's lag
+        self.flush_order_wait = t.histogram(
+            "flush_order_wait_seconds",
+            "How long a flush cycle, its uploads done, waited for the previous cycle's commit.",
+            (),
+            WAIT_BUCKETS,
+        ).child()
+        self.flush_timer_delay = t.histogram(
+            "flush_timer_delay_seconds",
+            "How late the flush-interval timer ran past its schedule (event-loop lag).",
+            (),
+            WAIT_BUCKETS,
+        ).child()
         self.segment_bytes = t.histogram(
             "segment_size_bytes", "Sizes of the segments flushes write.", (), SIZE_BUCKETS
         ).child()

@@ -14,21 +14,24 @@ internal switch for bench/obs.py to measure their cost) only connections are cou
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from broker.handlers.registry import Encoded
+from broker.log_metrics import WAIT_BUCKETS
 from broker.telemetry import SIZE_BUCKETS, Hist, Telemetry
-from protocol.apis import api_name
+from protocol.apis import ApiKey, api_name
 from protocol.errors import ErrorCode
 from protocol.frame import RequestHeader
 
 _now = time.perf_counter
 
 #: one (API, version)'s histograms: total, queued, commit wait, request size, response
-#: size, and the API's name
-Children = tuple[Hist, Hist, Hist, Hist, Hist, str]
+#: size, the API's name, and (Produce only) the same total and commit wait in fine buckets
+#: plus the total counted once per byte of the request
+Children = tuple[Hist, Hist, Hist, Hist, Hist, str, tuple[Hist, Hist, Hist] | None]
 
 
 class RequestRecorder:
@@ -62,6 +65,35 @@ class RequestRecorder:
             "request_commit_wait_seconds",
             "Time a deferred response (Produce) waited on its flush and commit.",
             ("api", "version"),
+        )
+        # Produce's total and commit wait again, in the fine buckets of the flush's own
+        # histograms (broker/log_metrics.py): the bench sets the broker's p99 beside the
+        # client's and the flush budget (docs/benchmarks.md, "Round 4: paced p99")
+        self.produce_fine = (
+            t.histogram(
+                "produce_request_duration_seconds",
+                "Produce: time from the request's last byte read to its response written "
+                "(fine buckets).",
+                (),
+                WAIT_BUCKETS,
+            ).child(),
+            t.histogram(
+                "produce_commit_wait_seconds",
+                "Produce: time its deferred response waited on the flush and commit "
+                "(fine buckets).",
+                (),
+                WAIT_BUCKETS,
+            ).child(),
+            # a client's latency is per message, the request's per request: a slow request
+            # carries the messages that piled up behind it. Counted per byte of the request
+            # frame (fixed-size records: about per record), it compares with the client's
+            t.histogram(
+                "produce_byte_duration_seconds",
+                "Produce: the request duration (as produce_request_duration_seconds) counted "
+                "once per byte of the request frame.",
+                (),
+                WAIT_BUCKETS,
+            ).child(),
         )
         self.request_size = t.histogram(
             "request_size_bytes", "Request frame sizes, by API.", ("api",), SIZE_BUCKETS
@@ -110,6 +142,7 @@ class RequestRecorder:
                 self.request_size.child(name),
                 self.response_size.child(name),
                 name,
+                self.produce_fine if key == ApiKey.PRODUCE else None,
             )
         return c
 
@@ -157,7 +190,8 @@ class ConnectionRecorder:
     def __init__(self, rec: RequestRecorder) -> None:
         self.rec = rec
         self._arrived: deque[tuple[float, int]] = deque()  # (arrival time, frame size)
-        self._started: deque[tuple[float, Children]] = deque()  # (arrival, histograms)
+        # (arrival, histograms, frame size)
+        self._started: deque[tuple[float, Children, int]] = deque()
 
     def opened(self) -> None:
         rec = self.rec
@@ -181,7 +215,7 @@ class ConnectionRecorder:
         c = self.rec.children(hdr.api_key, hdr.api_version)
         c[1].observe(_now() - arrived)
         c[3].observe(size)
-        self._started.append((arrived, c))
+        self._started.append((arrived, c, size))
 
     def deferred(self, response: Awaitable[Any]) -> Awaitable[Any]:
         """``response`` is the deferred response of the request started last: returned
@@ -189,26 +223,36 @@ class ConnectionRecorder:
         a done callback, which costs a loop handle per response)."""
         if not self.rec.enabled or not self._started:
             return response
-        return _timed(response, self._started[-1][1][2])
+        c = self._started[-1][1]
+        return _timed(response, c[2], c[6][1] if c[6] is not None else None)
 
     def finished(self, response: Any, buffers: list[Any] | None) -> None:
         """The response of the oldest started request went out (``buffers`` None: no
         response, an acks=0 Produce)."""
         if not self._started:
             return
-        arrived, c = self._started.popleft()
-        c[0].observe(_now() - arrived)
+        arrived, c, size = self._started.popleft()
+        took = _now() - arrived
+        c[0].observe(took)
+        if c[6] is not None:
+            c[6][0].observe(took)
+            per_byte = c[6][2]
+            per_byte.counts[bisect_left(per_byte.bounds, took)] += size
+            per_byte.sum += took * size
         if buffers:  # bytes, bytearrays and byte-format memoryviews: len() is the size
             c[4].observe(sum(map(len, buffers)))
             self.rec.count_errors(c[5], response)
 
 
-async def _timed(response: Awaitable[Any], hist: Hist) -> Any:
+async def _timed(response: Awaitable[Any], hist: Hist, fine: Hist | None = None) -> Any:
     begun = _now()
     try:
         return await response
     finally:
-        hist.observe(_now() - begun)
+        took = _now() - begun
+        hist.observe(took)
+        if fine is not None:
+            fine.observe(took)
 
 
 # -- error codes in responses ---------------------------------------------------------------

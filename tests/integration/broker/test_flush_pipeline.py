@@ -156,7 +156,8 @@ async def test_cycle_after_a_failed_one_fails_instead_of_leaving_a_gap(node: Bro
 
 async def test_an_idle_flusher_starts_at_once_a_busy_one_batches(tmp_path: Path) -> None:
     """No cycle in flight: an append is flushed at once, not after the flush interval
-    (here 60 s); while a cycle is in flight, the next append waits for the interval."""
+    (here 60 s); while a cycle is in flight, the next append waits (batched), and when
+    that cycle ends the flusher is idle again and starts its cycle at once."""
     b = Broker(local_config(tmp_path, flush_interval_ms=60_000))
     await b.start()
     try:
@@ -171,16 +172,17 @@ async def test_an_idle_flusher_starts_at_once_a_busy_one_batches(tmp_path: Path)
         first = append(b, lg, "b")  # idle again: its cycle starts at once
         async with asyncio.timeout(20):
             await store.entered.wait()
-        later = append(b, lg, "c")  # a cycle is in flight: batched, behind the interval
-        store.release.set()
+        later = append(b, lg, "c")  # a cycle is in flight: batched, not started
+        for _ in range(20):  # many loop passes: a cycle started at once would have begun
+            await asyncio.sleep(0)
+        assert len(b.logs.flusher._cycles) == 1 and lg.pending  # noqa: SLF001
         assert first.done is not None and later.done is not None
-        async with asyncio.timeout(20):
+        assert not later.done.done()
+        store.release.set()
+        async with asyncio.timeout(20):  # far less than the interval
             await first.done
-        await asyncio.sleep(0.05)  # give a wrongly started cycle the chance to run
-        assert not later.done.done() and lg.hw == 4 and lg.pending
-        async with asyncio.timeout(20):
-            await b.logs.flush([lg])  # what stop and hand-off do
-        assert later.done.done() and lg.hw == 6 and await manifest_bases(b) == [0, 2, 4]
+            await later.done  # the cycle in flight ended: idle, so c's started at once
+        assert lg.hw == 6 and await manifest_bases(b) == [0, 2, 4]
     finally:
         b.logs.store = getattr(b.logs.store, "inner", b.logs.store)
         await b.stop()

@@ -24,3 +24,22 @@ def test_waits_names_what_the_broker_exports() -> None:
     got = waits({}, {put: {0.001: 5.0, math.inf: 5.0}})
     assert got == {"put_p99_ms": 0.001 * 1000 * 0.99, "put_count": 5}
     assert waits({}, {}) == {}
+
+
+def test_broker_side_histograms_and_merges_during_a_phase() -> None:
+    """Round 4 (docs/benchmarks.md): the broker's Produce p99, per request and per byte,
+    and the segments its maintenance merged meanwhile (a counter's growth)."""
+    produce = "kafscale_produce_request_duration_seconds"
+    per_byte = "kafscale_produce_byte_duration_seconds"
+    merged = "kafscale_maintenance_merged_segments_total"
+    before = {merged: {math.inf: 7.0}}
+    after = {
+        produce: {0.002: 99.0, 0.1: 100.0, math.inf: 100.0},
+        per_byte: {0.002: 99_000.0, 0.1: 199_000.0, math.inf: 199_000.0},
+        merged: {math.inf: 19.0},
+    }
+    got = waits(before, after)
+    assert got["broker_count"] == 100 and got["broker_p99_ms"] <= 2.0
+    # one slow request in 100, but half the bytes: per byte its latency is the p99
+    assert got["bytes_p99_ms"] > 50.0
+    assert got["merged"] == 12

@@ -120,3 +120,30 @@ def test_histogram_buckets_are_cumulative_and_le_inclusive() -> None:
     assert m[("kafscale_x_seconds_bucket", (("le", "+Inf"),))] == 4
     assert m[("kafscale_x_seconds_count", ())] == 4
     assert m[("kafscale_x_seconds_sum", ())] == 8.6
+
+
+async def test_produce_is_timed_again_in_fine_buckets_and_other_apis_are_not() -> None:
+    """The bench's broker-side Produce p99 (docs/benchmarks.md, "Round 4: paced p99")
+    needs finer buckets than the 5 / 10 / 25 ms of ``request_duration_seconds``."""
+    t = Telemetry()
+    rec = RequestRecorder(t, routes=cast(Mapping[int, Any], ROUTES))
+    conn = rec.connection()
+    for key, version in ((ApiKey.PRODUCE, 9), (ApiKey.METADATA, 12), (ApiKey.PRODUCE, 9)):
+        conn.arrived(100 if key == ApiKey.PRODUCE else 7)
+        conn.started(_hdr(key, version))
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(conn.deferred(fut))
+        fut.set_result("answer")
+        await task
+        conn.finished(error_response(key, ErrorCode.NONE), [b"x" * 30])
+    s = _samples(t)
+    names = ("produce_request_duration_seconds", "produce_commit_wait_seconds")
+    for name in names:
+        assert s[(f"kafscale_{name}_count", ())] == 2
+    for name in (*names, "produce_byte_duration_seconds"):
+        bounds = {dict(lbl)["le"] for n, lbl in s if n == f"kafscale_{name}_bucket"}
+        assert {"0.0015", "0.0065", "0.0125"} <= bounds  # finer than the default buckets
+    total = ("kafscale_request_duration_seconds_count", (("api", "Produce"), ("version", "9")))
+    assert s[total] == 2
+    # once per byte of the two 100-byte Produce frames, none for the Metadata one
+    assert s[("kafscale_produce_byte_duration_seconds_count", ())] == 200
