@@ -47,7 +47,7 @@ def build(batches: list[bytearray], combined: bool, **kw: int) -> tuple[fmt.Buil
         [memoryview(b) for b in batches],
         BASE_TS,
         batch_crcs=crcs,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
     return built, b"".join(built.buffers)
 
