@@ -176,20 +176,6 @@ class Windows:
         lo, _hi = layout.window_at(_start(layout, offset))
         return self._cache().get(window_key(key, lo), seg.etag) is not None
 
-    async def read(
-        self,
-        key: str,
-        seg: SegmentMeta,
-        layout: Layout,
-        offset: int,
-        max_bytes: int,
-        following: Callable[[], Iterable[Piece]],
-    ) -> memoryview:
-        """Whole batches from ``offset`` out of the window holding it (an empty view when
-        ``offset`` is past the segment's last batch). ``following``: the pieces after
-        this segment, read ahead once the reader is in its last windows."""
-        return (await self.read_to(key, seg, layout, offset, max_bytes, following))[0]
-
     async def read_to(
         self,
         key: str,
@@ -199,10 +185,13 @@ class Windows:
         max_bytes: int,
         following: Callable[[], Iterable[Piece]],
     ) -> tuple[memoryview, bool]:
-        """``read``, and whether the batches end at their window's end (not at
-        ``max_bytes``): the reader may go on into the next window with what is left of
-        its budget (broker/reads.py), instead of answering a short fetch at every window
-        boundary (docs/benchmarks.md, Round 4: cold reads)."""
+        """Whole batches from ``offset`` out of the window holding it (an empty view when
+        ``offset`` is past the segment's last batch), and whether they end at their
+        window's end (not at ``max_bytes``): the reader may go on into the next window
+        with what is left of its budget (broker/reads.py), instead of answering a short
+        fetch at every window boundary (docs/benchmarks.md, Round 4: cold reads).
+        ``following``: the pieces after this segment, read ahead once the reader is in its
+        last windows."""
         pos = _start(layout, offset)
         while pos < layout.end:
             lo, hi = layout.window_at(pos)

@@ -87,7 +87,7 @@ async def test_a_sequential_reader_gets_every_batch_and_each_window_once(
     store, cache, loader, windows, seg, layout, _ = await _setup(tmp_path)
     offset, got = 100, []
     while offset <= seg.last:
-        view = await windows.read("t/0/big", seg, layout, offset, 3000, lambda: iter(()))
+        view = (await windows.read_to("t/0/big", seg, layout, offset, 3000, lambda: iter(())))[0]
         assert len(view)
         got += _offsets(view)
         offset = got[-1] + 5
@@ -96,7 +96,7 @@ async def test_a_sequential_reader_gets_every_batch_and_each_window_once(
         await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
     expected = [("t/0/big", lo, hi) for lo, hi in layout.windows_from(0)]
     assert sorted(store.gets) == sorted(expected)  # ranged, each window once, no whole GET
-    assert await windows.read("t/0/big", seg, layout, 300, 3000, lambda: iter(())) == b""
+    assert (await windows.read_to("t/0/big", seg, layout, 300, 3000, lambda: iter(())))[0] == b""
 
 
 async def test_readahead_loads_the_next_windows_then_the_following_pieces(
@@ -105,9 +105,11 @@ async def test_readahead_loads_the_next_windows_then_the_following_pieces(
     store, cache, loader, windows, seg, layout, data = await _setup(tmp_path, 2 * WINDOW + 100)
     tail = (await store.put_if_absent("t/0/next", [b"x" * 10])), "t/0/next"
     nxt = SegmentMeta(300, 300, 10, 1, -1, tail[0], "t/0/next")
-    view = await windows.read(
-        "t/0/big", seg, layout, 100, 100, lambda: iter([Piece.whole("t/0/next", nxt)])
-    )
+    view = (
+        await windows.read_to(
+            "t/0/big", seg, layout, 100, 100, lambda: iter([Piece.whole("t/0/next", nxt)])
+        )
+    )[0]
     assert _offsets(view) == [100]
     while loader._loading:  # noqa: SLF001
         await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
@@ -117,9 +119,11 @@ async def test_readahead_loads_the_next_windows_then_the_following_pieces(
     # from the last window on, the readahead continues into the following segment
     last = layout.bounds[-1]
     off = next(hdr.base_offset for hdr, _ in iter_batches(memoryview(data)[last : layout.end]))
-    await windows.read(
-        "t/0/big", seg, layout, off, 100, lambda: iter([Piece.whole("t/0/next", nxt)])
-    )
+    (
+        await windows.read_to(
+            "t/0/big", seg, layout, off, 100, lambda: iter([Piece.whole("t/0/next", nxt)])
+        )
+    )[0]
     while loader._loading:  # noqa: SLF001
         await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
     assert cache.get("t/0/next") is not None
@@ -132,7 +136,9 @@ async def test_every_read_tops_up_the_readahead(tmp_path: Path) -> None:
     ahead = window_key("t/0/big", layout.bounds[1])
 
     async def read(offset: int) -> None:
-        assert len(await windows.read("t/0/big", seg, layout, offset, 100, lambda: iter(())))
+        assert len(
+            (await windows.read_to("t/0/big", seg, layout, offset, 100, lambda: iter(())))[0]
+        )
         while loader._loading:  # noqa: SLF001
             await asyncio.wait(list(loader._loading.values()))  # noqa: SLF001
 
