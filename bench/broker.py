@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="source tree of the 'base' target (the local broker before)")  # fmt: skip
     p.add_argument("--partition-sweep", metavar="COUNTS",
                    help="instead: idempotent produce over N partitions (comma list)")  # fmt: skip
+    p.add_argument("--sweep-client", choices=("librdkafka", "java"), default="librdkafka",
+                   help="the partition sweep's producer (java: bench/java_client.py)")  # fmt: skip
     p.add_argument("--sweep-seconds", type=float, default=3.0, help="seconds per sweep rate")
     p.add_argument("--plot", type=Path, metavar="PNG", help="with --sweep: draw it here")
     p.add_argument(
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 return _sweep(targets, plan, args)
             if args.partition_sweep:
                 counts = [int(c) for c in args.partition_sweep.split(",")]
-                sweep = run_partition_sweep(targets, counts, plan.messages)
+                sweep = run_partition_sweep(targets, counts, plan.messages, args.sweep_client)
                 if args.json is not None:
                     args.json.write_text(json.dumps({"partition_sweep": sweep}, indent=1))
                 return 0

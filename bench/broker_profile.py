@@ -2,11 +2,12 @@
 
     python -m bench.broker_profile [--messages 300000] [--modes plain,idem] [--native]
                                    [--top 15] [--keep DIR] [--base-tree DIR]
+                                   [--partitions 1]
 
 Starts one broker (local store, embedded metadata; from ``--base-tree`` if given),
-produces ``--messages`` x 1 KiB with confluent-kafka (acks=all, one partition; ``idem``
-with idempotence) while py-spy samples the broker at 250 Hz (every thread, idle ones
-left out; ``--native`` adds C frames; ``--perf``: ``perf record -g`` instead, CPU only,
+produces ``--messages`` x 1 KiB with confluent-kafka (acks=all, over ``--partitions``;
+``idem`` with idempotence) while py-spy samples the broker at 250 Hz (every thread, idle
+ones left out; ``--native`` adds C frames; ``--perf``: ``perf record -g`` instead, CPU only,
 kernel and native frames included), and prints per mode the server CPU per MB and the
 top functions: by *self* samples (the function on top of the stack) and by *total*
 samples (the function anywhere on it). py-spy is not a project dependency: ``pip install
@@ -145,10 +146,13 @@ def minor_faults(pid: int) -> int:
         return int(f.read().rpartition(")")[2].split()[7])
 
 
-def profile_mode(t: Target, mode: str, messages: int, out: Path, native: bool | str) -> str:
+def profile_mode(
+    t: Target, mode: str, messages: int, out: Path, native: bool | str, partitions: int = 1
+) -> str:
     topic = f"prof-{mode}-{uuid.uuid4().hex[:6]}"
-    create_topics(t.bootstrap, [topic], 1)
-    spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": 1, "kind": "produce",
+    create_topics(t.bootstrap, [topic], partitions)
+    spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": partitions,
+            "kind": "produce",
             "topic": topic, "messages": messages, "idempotence": mode == "idem"}  # fmt: skip
     assert t.pid is not None
     with _perf(t.pid, out) if native == "perf" else _spy(t.pid, out, bool(native)):
@@ -157,7 +161,8 @@ def profile_mode(t: Target, mode: str, messages: int, out: Path, native: bool | 
         cpu, faults = cpu_seconds(t.pid) - before, minor_faults(t.pid) - faults
     mb = res["bytes"] / 1e6
     return (
-        f"{mode}: {messages} x {MSG_SIZE} B, {mb / res['seconds']:.1f} MB/s, "
+        f"{mode}: {messages} x {MSG_SIZE} B over {partitions} partition(s), "
+        f"{mb / res['seconds']:.1f} MB/s, "
         f"server CPU {1000 * cpu / mb:.2f} ms/MB (profiler attached), "
         f"{faults / mb:.0f} minor page faults per MB, "
         f"load average {os.getloadavg()[0]:.1f}"
@@ -169,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=300_000)
     p.add_argument("--modes", default="plain,idem")
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--partitions", type=int, default=1, help="partitions of the topic")
     p.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
     p.add_argument("--gil", action="store_true", help="py-spy --gil: the GIL holder only")
     p.add_argument("--perf", action="store_true", help="perf record -g instead of py-spy")
@@ -191,11 +197,11 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.modes.split(","):
                 if args.perf:
                     out = outdir / f"{mode}.perf"
-                    head = profile_mode(t, mode, args.messages, out, "perf")
+                    head = profile_mode(t, mode, args.messages, out, "perf", args.partitions)
                     print(head + "\n" + perf_top(out, args.top), flush=True)
                     continue
                 out = outdir / f"{mode}.txt"
-                head = profile_mode(t, mode, args.messages, out, args.native)
+                head = profile_mode(t, mode, args.messages, out, args.native, args.partitions)
                 print(format_profile(head, out.read_text(), args.top), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

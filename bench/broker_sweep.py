@@ -9,11 +9,13 @@ CPU per MB. ``bench.broker_plot`` draws the result (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
 from bench.broker_run import MSG_SIZE, Plan, create_topics, rate
 from bench.broker_targets import Target, cpu_seconds
+from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
 
 FULL_SPEED_MESSAGES = 60_000
@@ -85,10 +87,19 @@ def _counters(url: str | None) -> dict[str, float]:
 
 
 def run_partition_sweep(
-    targets: list[Target], counts: list[int], messages: int
+    targets: list[Target], counts: list[int], messages: int, client: str = "librdkafka"
 ) -> dict[str, list[dict[str, Any]]]:
     """Per broker target, full-speed idempotent produce of ``messages`` spread over N
-    partitions: MB/s, p99, server CPU per MB, and metadata transactions per flush cycle."""
+    partitions by ``client`` (librdkafka: one partition per request; ``java``: every ready
+    partition in one request, bench/java_client.py): MB/s, p99, server CPU per MB,
+    metadata transactions and segments per flush cycle, and the broker's PUT, commit and
+    Produce p99s. Each point first produces 2 messages per partition (at least 2,000),
+    unmeasured, so that the broker has taken the partitions: the sweep measures produce
+    to N active partitions, not their takeover."""
+    if client == "java":
+        from bench.java_client import run_java as run
+    else:
+        run = run_worker
     out: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets if t.name != "mock"}
     for n in counts:
         for t in targets:
@@ -99,23 +110,29 @@ def run_partition_sweep(
             spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": n,
                     "kind": "produce", "topic": topic, "messages": messages,
                     "idempotence": True}  # fmt: skip
+            run({**spec, "messages": max(2000, 2 * n)})  # take the partitions first
+            hist = scrape_buckets(t.metrics_url)
             before, cpu = _counters(t.metrics_url), cpu_seconds(t.pid)
-            res = run_worker(spec)
+            res = run(spec)
             cpu, after = cpu_seconds(t.pid) - cpu, _counters(t.metrics_url)
             d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS}
             cycles = d["kafscale_flush_cycles_total"] or float("nan")
             mbs, _ = rate(res)
             point = {
-                "partitions": n, "mbs": mbs, "p50_ms": res["p50_ms"], "p99_ms": res["p99_ms"],
-                "errors": res["errors"],
+                "partitions": n, "client": client, "mbs": mbs, "p50_ms": res["p50_ms"],
+                "p99_ms": res["p99_ms"], "errors": res["errors"],
                 "server_cpu_ms_per_mb": cpu * 1000 / (res["bytes"] / 1e6) if res["bytes"] else None,
                 "flush_cycles": d["kafscale_flush_cycles_total"],
                 "txns_per_cycle": d["kafscale_txns_total"] / cycles,
                 "segments_per_cycle": d["kafscale_segments_total"] / cycles,
+                **waits(hist, scrape_buckets(t.metrics_url)),
             }  # fmt: skip
             out[t.name].append(point)
             print(f"  partitions {t.name:<7} {n:>5}: {mbs:7.1f} MB/s  p99 {res['p99_ms']:8.1f} ms"
                   f"  CPU {point['server_cpu_ms_per_mb'] or 0:5.1f} ms/MB  txns/cycle"
                   f" {point['txns_per_cycle']:.2f}  segs/cycle {point['segments_per_cycle']:.1f}"
-                  f"  ({res['errors']} errors)", flush=True)  # fmt: skip
+                  f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}  commit p99"
+                  f" {point.get('commit_p99_ms', math.nan):6.1f}  Produce p99"
+                  f" {point.get('broker_p99_ms', math.nan):6.1f} ms  ({client},"
+                  f" {res['errors']} errors)", flush=True)  # fmt: skip
     return out

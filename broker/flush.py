@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker import faults
 from broker.commit import CommitResult, Outcome
@@ -31,7 +31,14 @@ from broker.meta.base import Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, SegmentMeta
 from protocol.errors import ErrorCode
-from segments.format import build_segment, parse_header, parse_index, partition_prefix
+from segments.format import (
+    BuiltSegment,
+    build_segment,
+    parse_header,
+    parse_index,
+    partition_prefix,
+)
+from segments.store import PutItem, put_all
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -42,6 +49,17 @@ MAX_CYCLES_IN_FLIGHT = 2
 JOIN_OFF_LOOP_BYTES = 1 << 20
 
 Job = tuple[PartitionLog, list[PendingBatch]]
+
+
+class Built(NamedTuple):
+    """A job's segment, ready for its PUT."""
+
+    segment: BuiltSegment
+    data: bytes
+    name: str
+    key: str
+
+
 Done = tuple[PartitionLog, list[PendingBatch], SegmentMeta]
 
 
@@ -173,10 +191,7 @@ class Flusher:
             lg.flushing = loop.create_future()
             flushing.append(lg.flushing)
         try:
-            sem = asyncio.Semaphore(self.config.flush_concurrency)
-            uploads = await asyncio.gather(
-                *(self._upload(sem, lg, pend) for lg, pend in jobs), return_exceptions=True
-            )
+            uploads = await self._upload_all(jobs)
             ordered = time.perf_counter()
             if prev is not None:  # its commit (or failure) first: it may move hw
                 await asyncio.wait([prev])
@@ -201,53 +216,82 @@ class Flusher:
                 if not fut.done():
                     fut.set_result(None)
 
-    async def _upload(
-        self, sem: asyncio.Semaphore, lg: PartitionLog, pend: list[PendingBatch]
-    ) -> SegmentMeta:
-        async with sem:
-            base = pend[0].base_offset
-            built = build_segment(
-                base,
-                [p.view for p in pend],
-                int(time.time() * 1000),
-                self.config.index_interval,
-                # verified on produce (or computed here): no second pass for the footer CRC
-                batch_crcs=[p.header.crc for p in pend],
+    async def _upload_all(self, jobs: list[Job]) -> list[SegmentMeta | BaseException]:
+        """Build each job's segment and PUT them all (``put_all``: on the local store one
+        durability barrier for the whole cycle, segments/local_batch.py); per job its
+        SegmentMeta or why it failed."""
+        built: list[Built | BaseException] = list(
+            await asyncio.gather(
+                *(self._build(lg, pend) for lg, pend in jobs), return_exceptions=True
             )
-            # one copy: the store body and the tail cache. bytes.join drops the GIL for
-            # large joins, so big segments are joined off the event loop (from the one
-            # malloc arena, broker/cli_broker.py: the memory of evicted segments is reused)
-            if built.size >= JOIN_OFF_LOOP_BYTES:
-                data = await asyncio.to_thread(b"".join, built.buffers)
-            else:
-                data = b"".join(built.buffers)
-            name = lg.new_object_name(base, built.last_offset)
-            key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
-            faults.checkpoint("flush.before_put")
-            # one object (the index is its trailer): one PUT per partition per cycle
-            put_started = time.perf_counter()
-            try:
-                etag = await self.logs.store.put_if_absent(key, [data], crc32c=built.crc32c)
-            except Exception:
+        )
+        items = [
+            PutItem(b.key, [b.data], b.segment.crc32c)
+            for b in built
+            if not isinstance(b, BaseException)
+        ]
+        faults.checkpoint("flush.before_put")
+        # one object per partition (its index is its trailer)
+        put_started = time.perf_counter()
+        results = iter(await put_all(self.logs.store, items, self.config.flush_concurrency))
+        took = time.perf_counter() - put_started
+        out: list[SegmentMeta | BaseException] = []
+        for (lg, pend), b in zip(jobs, built, strict=True):
+            if isinstance(b, BaseException):
+                out.append(b)
+                continue
+            res = next(results)
+            if isinstance(res, BaseException):
                 # never committed, and the name is ours alone: nothing else can need it
-                await self.logs.discard(lg, [key])
-                raise
-            self.logs.metrics.segment_put.observe(time.perf_counter() - put_started)
-            self.logs.cache.put(key, data, parse_index(built.index), etag)
-            self.stats["segments"] += 1
-            self.stats["segment_bytes"] += built.size
-            self.logs.metrics.segment_written(lg.topic, built.size, built.record_count, pend)
-            return SegmentMeta(
-                base,
-                built.last_offset,
-                built.size,
-                built.record_count,
-                built.max_timestamp,
-                etag,
-                name,
-                created_ms=int(time.time() * 1000),
-                version=parse_header(built.buffers[0]).version,
-            )
+                await self.logs.discard(lg, [b.key])
+                out.append(res)
+                continue
+            self.logs.metrics.segment_put.observe(took)
+            out.append(self._finish(lg, pend, b, res))
+        return out
+
+    async def _build(self, lg: PartitionLog, pend: list[PendingBatch]) -> Built:
+        """The segment of ``pend``: built, joined into one buffer, and its object key."""
+        base = pend[0].base_offset
+        built = build_segment(
+            base,
+            [p.view for p in pend],
+            int(time.time() * 1000),
+            self.config.index_interval,
+            # verified on produce (or computed here): no second pass for the footer CRC
+            batch_crcs=[p.header.crc for p in pend],
+        )
+        # one copy: the store body and the tail cache. bytes.join drops the GIL for
+        # large joins, so big segments are joined off the event loop (from the one
+        # malloc arena, broker/cli_broker.py: the memory of evicted segments is reused)
+        if built.size >= JOIN_OFF_LOOP_BYTES:
+            data = await asyncio.to_thread(b"".join, built.buffers)
+        else:
+            data = b"".join(built.buffers)
+        name = lg.new_object_name(base, built.last_offset)
+        prefix = partition_prefix(self.config.namespace, lg.topic, lg.partition)
+        return Built(built, data, name, prefix + name)
+
+    def _finish(
+        self, lg: PartitionLog, pend: list[PendingBatch], b: Built, etag: str
+    ) -> SegmentMeta:
+        """A segment written: into the tail cache, counted, and described for its commit."""
+        built = b.segment
+        self.logs.cache.put(b.key, b.data, parse_index(built.index), etag)
+        self.stats["segments"] += 1
+        self.stats["segment_bytes"] += built.size
+        self.logs.metrics.segment_written(lg.topic, built.size, built.record_count, pend)
+        return SegmentMeta(
+            pend[0].base_offset,
+            built.last_offset,
+            built.size,
+            built.record_count,
+            built.max_timestamp,
+            etag,
+            b.name,
+            created_ms=int(time.time() * 1000),
+            version=parse_header(built.buffers[0]).version,
+        )
 
     async def _contiguous(self, done: list[Done]) -> list[Done]:
         """Drop (and fail) segments that no longer start at their log's committed end: an

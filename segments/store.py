@@ -8,6 +8,7 @@ interface: the factory's lazy import is the one import cycle the package allows)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -40,6 +41,15 @@ class ObjectInfo:
     # of unreferenced objects count their grace period from this, never from when the
     # sweeper first noticed an object (docs/format.md, "Object keys")
     modified: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PutItem:
+    """One object of a batch PUT (``put_all``): ``put_if_absent``'s arguments."""
+
+    key: str
+    data: Sequence[Buffer]
+    crc32c: int | None = None
 
 
 @runtime_checkable
@@ -84,6 +94,42 @@ class ObjectStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def batches_puts(store: object) -> bool:
+    """Whether ``store``'s class has ``put_many_if_absent(items, concurrency)``: a batch
+    PUT (``LocalStore``: one durability barrier for the whole batch,
+    ``segments/local_batch.py``). Asked of the class, so that a wrapper which forwards
+    unknown attributes to an inner store never sends a batch past its own
+    ``put_if_absent``."""
+    return callable(getattr(type(store), "put_many_if_absent", None))
+
+
+async def put_all(
+    store: ObjectStore, items: Sequence[PutItem], concurrency: int
+) -> list[str | BaseException]:
+    """Every item written as ``put_if_absent`` writes it; per item its ETag or its error
+    (each item succeeds or fails alone): one batch PUT where the store has it
+    (``batches_puts``), else concurrent ``put_if_absent`` calls, ``concurrency`` at most."""
+    if len(items) > 1 and batches_puts(store):
+        results: list[str | BaseException] = await store.put_many_if_absent(  # type: ignore[attr-defined]
+            items, concurrency
+        )
+        return results
+    return await put_each(store, items, concurrency)
+
+
+async def put_each(
+    store: ObjectStore, items: Sequence[PutItem], concurrency: int
+) -> list[str | BaseException]:
+    """``put_all`` as concurrent ``put_if_absent`` calls, ``concurrency`` at most."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(item: PutItem) -> str:
+        async with sem:
+            return await store.put_if_absent(item.key, item.data, crc32c=item.crc32c)
+
+    return await asyncio.gather(*(one(i) for i in items), return_exceptions=True)
 
 
 def open_store(url: str) -> ObjectStore:

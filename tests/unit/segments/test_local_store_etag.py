@@ -9,7 +9,8 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from segments.local_store import ETAG_XATTR, LocalStore, crc_etag
+from segments.local_files import ETAG_XATTR
+from segments.local_store import LocalStore, crc_etag
 from segments.store import PreconditionFailedError
 
 

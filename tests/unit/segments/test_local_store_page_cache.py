@@ -82,7 +82,8 @@ def test_url_switches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KAFSCALE_KEEP_PAGE_CACHE", raising=False)
     monkeypatch.delenv("KAFSCALE_DIRECT_IO", raising=False)
     plain = LocalStore.from_url(f"file://{tmp_path}/a")
-    assert plain.drop_cache and not plain.direct_io
+    assert plain.drop_cache and not plain.direct_io and plain.syncfs
+    assert not LocalStore.from_url(f"file://{tmp_path}/a?syncfs=false").syncfs
     both = LocalStore.from_url(f"file://{tmp_path}/a?keep_page_cache=1&direct_io=true")
     assert not both.drop_cache and both.direct_io and both.root == str(tmp_path / "a")
     off = LocalStore.from_url(f"file://{tmp_path}/a?keep_page_cache=false")

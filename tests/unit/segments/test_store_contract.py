@@ -13,7 +13,8 @@ from pathlib import Path
 import crc32c as crc_pkg
 import pytest
 
-from segments.local_store import ETAG_XATTR, TMP_MARKER, LocalStore, crc_etag
+from segments.local_files import ETAG_XATTR
+from segments.local_store import TMP_MARKER, LocalStore, crc_etag
 from segments.s3_store import S3Store
 from segments.store import (
     Buffer,
@@ -21,8 +22,10 @@ from segments.store import (
     ObjectNotFoundError,
     ObjectStore,
     PreconditionFailedError,
+    PutItem,
     StoreError,
     open_store,
+    put_all,
 )
 
 
@@ -95,6 +98,38 @@ async def test_put_with_its_crc32c(store: ObjectStore) -> None:
     with pytest.raises(ObjectExistsError):
         await store.put_if_absent("crc/given", [b"other"], crc32c=crc_pkg.crc32c(b"other"))
     assert await store.get("crc/given") == whole
+
+
+async def test_put_all_each_item_alone(store: ObjectStore) -> None:
+    """A batch PUT (``put_all``: the local store's one-barrier batch, concurrent puts on
+    S3) writes every item as ``put_if_absent`` would, and each item succeeds or fails
+    alone: a key that exists, and two items with one key (one wins), fail; the rest are
+    written whole, each with the ETag a single put gives the same bytes."""
+    await store.put_if_absent("batch/p1/taken", [b"first"])
+    payloads = {f"batch/p{i}/seg": bytes([i]) * (1000 + 4096 * i) for i in range(6)}
+    items = [PutItem(k, [memoryview(v)], crc_pkg.crc32c(v)) for k, v in payloads.items()]
+    items.insert(2, PutItem("batch/p1/taken", [b"second"]))
+    items += [PutItem("batch/twice", [b"one"]), PutItem("batch/twice", [b"two"])]
+    results = await put_all(store, items, concurrency=4)
+    assert len(results) == len(items)
+    for item, res in zip(items, results, strict=True):
+        if item.key == "batch/p1/taken":
+            assert isinstance(res, ObjectExistsError)
+        elif item.key in payloads:
+            assert isinstance(res, str), res
+            info = await store.head(item.key)
+            assert info is not None and info.etag == res
+            assert await store.get(item.key, if_match=res) == payloads[item.key]
+    twice = results[-2:]
+    assert sum(isinstance(r, str) for r in twice) == 1
+    assert sum(isinstance(r, ObjectExistsError) for r in twice) == 1
+    assert await store.get("batch/twice") == (b"one" if isinstance(twice[0], str) else b"two")
+    assert await store.get("batch/p1/taken") == b"first"
+    single = await store.put_if_absent("batch/single", [payloads["batch/p3/seg"]])
+    assert results[list(payloads).index("batch/p3/seg") + 1] == single  # same bytes, same ETag
+    assert sorted(i.key for i in await store.list("batch/")) == sorted(
+        [*payloads, "batch/p1/taken", "batch/twice", "batch/single"]
+    )
 
 
 async def test_missing_objects(store: ObjectStore) -> None:
