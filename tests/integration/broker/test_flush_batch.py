@@ -14,13 +14,14 @@ import pytest
 
 from broker.partition import AppendError, AppendResult, PartitionLog
 from broker.server import Broker
-from protocol.batch import iter_batches, read_header
+from protocol.batch import read_header
 from protocol.errors import ErrorCode
-from protocol.records import RecordInput, build_batch, decode_batch
+from protocol.records import RecordInput, build_batch
 from segments.format import partition_prefix
 from segments.names import object_name
 from segments.store import batches_puts
 from tests.fixtures.inprocess import local_config
+from tests.integration.broker.test_flush_pipeline import values
 
 pytestmark = pytest.mark.integration  # an in-process broker on a TCP port
 
@@ -47,14 +48,6 @@ def append(b: Broker, lg: PartitionLog) -> AppendResult:
     assert res.error == ErrorCode.NONE and res.done is not None
     b.logs.appended(lg, len(view))
     return res
-
-
-async def values(b: Broker, lg: PartitionLog) -> list[bytes]:
-    out: list[bytes] = []
-    for view in await b.logs.read(lg, 0, 1 << 20):
-        for _hdr, bv in iter_batches(view):
-            out += [r.value for r in decode_batch(bv)[1] if r.value is not None]
-    return out
 
 
 async def test_one_cycle_many_partitions_each_alone(node: Broker) -> None:
