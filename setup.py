@@ -1,4 +1,5 @@
-"""Build the optional native decoders (records, ingest columns); metadata is in pyproject.toml."""
+"""Build the optional native parts (record decoders, ingest columns, the local store's batch
+writes); metadata is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -18,5 +19,6 @@ setup(
     ext_modules=[
         Extension("protocol._fastrecords", ["protocol/_fastrecords.c"], **COMMON),
         Extension("ingest_job._columnar", ["ingest_job/_columnar.c"], **COMMON),
+        Extension("segments._localio", ["segments/_localio.c"], **COMMON),
     ]
 )

@@ -26,7 +26,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-stamp=.venv/.kafscale-lock-$(cat requirements.lock pyproject.toml setup.py protocol/_fastrecords.c protocol/native_common.h ingest_job/_columnar.c | sha256sum | cut -c1-16)
+stamp=.venv/.kafscale-lock-$(cat requirements.lock pyproject.toml setup.py protocol/_fastrecords.c protocol/native_common.h ingest_job/_columnar.c segments/_localio.c | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements.lock

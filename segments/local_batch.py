@@ -6,8 +6,7 @@ broker with many active partitions costs ever more the more partitions it holds,
 kernel CPU above all (docs/benchmarks.md, "Round 5: many partitions"). A batch of at
 least ``BATCH_MIN`` objects has two durability barriers in all instead:
 
-1. every object's bytes go to a temp file beside its final name (as ``put_if_absent``),
-   the batch split over up to ``WRITERS`` threads;
+1. every object's bytes go to a temp file beside its final name (as ``put_if_absent``);
 2. one ``syncfs(2)`` of the store's file system: every temp file's bytes are durable;
 3. every temp file is hard-linked to its final name (``link`` fails if the name exists:
    that object alone gets ``ObjectExistsError``) and unlinked, in the same threads;
@@ -23,25 +22,39 @@ caller's to delete, as after any failed PUT).
 Smaller batches, a kernel before 5.8 or without ``syncfs``, and ``file://DIR?syncfs=false``
 take concurrent ``put_if_absent`` calls: ``syncfs`` writes back every dirty page of the
 file system, not only the batch's, so on a data directory shared with other heavy
-writers a barrier costs more (docs/operations.md, "Tuning"). Several writer threads,
-not one: a thread making many short system calls waits for the GIL after each while the
-event loop is busy, so one thread alone took the batch's tail latency to hundreds of ms.
+writers a barrier costs more (docs/operations.md, "Tuning").
+
+Steps 1 and 3 (and closing the temp files) are each one call of ``segments/_localio.c``
+that releases the GIL for the whole batch. A thread making the batch's ~8 system calls
+per object from Python waits for the GIL after each one while the event loop is busy,
+and that took the batch's tail latency to hundreds of ms; without the extension (or
+with ``direct_io``) the Python steps run in up to ``WRITERS`` threads, which shortens
+that wait but does not remove it (docs/benchmarks.md, "Round 5: many partitions").
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import crc32c as _crc32c
+
+from segments.local_files import TMP_MARKER, TmpObject, crc_etag
 from segments.store import ObjectExistsError, PutItem, StoreError
 
+try:  # the phases without the GIL (segments/_localio.c); optional
+    from segments import _localio  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - a build without the extension
+    _localio = None
+
 if TYPE_CHECKING:
-    from segments.local_files import TmpObject
     from segments.local_store import LocalStore
 
 log = logging.getLogger(__name__)
@@ -103,26 +116,100 @@ def _chunks(n: int) -> list[range]:
 
 async def _group(store: LocalStore, items: Sequence[PutItem]) -> list[Result]:
     results: list[Result] = [StoreError("not written")] * len(items)
+    native = _localio is not None and not store.direct_io
     root = os.open(store.root, os.O_RDONLY | os.O_DIRECTORY)  # before any write: errseq
     parts: list[Written] = []  # every temp file written: closed and removed at the end
     try:
-        parts = list(
-            await asyncio.gather(
-                *(asyncio.to_thread(_write, store, items, r, results) for r in _chunks(len(items)))
+        if native:
+            parts = [await asyncio.to_thread(_write_native, store, items, results)]
+        else:
+            parts = list(
+                await asyncio.gather(
+                    *(
+                        asyncio.to_thread(_write, store, items, r, results)
+                        for r in _chunks(len(items))
+                    )
+                )
             )
-        )
         if not await _barrier(root, parts, results, "objects not written"):
             return results
-        linked = list(await asyncio.gather(*(asyncio.to_thread(_link, p, results) for p in parts)))
+        link = _link_native if native else _link
+        linked = list(await asyncio.gather(*(asyncio.to_thread(link, p, results) for p in parts)))
         if not await _barrier(root, linked, results, "names not durable"):
             return results
         for part in linked:
             for i, obj in part:
-                store._remember(obj.st, obj.etag)
+                store._remember_key(obj.stat_key, obj.etag)
                 results[i] = obj.etag
         return results
     finally:
-        await asyncio.to_thread(_close, store, parts, root)
+        await asyncio.to_thread(_close_native if native else _close, store, parts, root)
+
+
+def _write_native(store: LocalStore, items: Sequence[PutItem], results: list[Result]) -> Written:
+    """Temp files of ``items`` in one call without the GIL (thread); directories, paths
+    and ETags prepared here. A name that exists is found by its link, not checked first."""
+    todo: list[tuple[int, str, str, str, str]] = []  # index, final, directory, tmp, etag
+    datas: list[bytes | memoryview] = []
+    tag = uuid.uuid4().hex
+    for i, item in enumerate(items):
+        try:
+            final = store._path(item.key)
+            directory, name = os.path.split(final)
+            store._known_dir(directory)
+        except (OSError, ValueError) as exc:
+            results[i] = StoreError(f"put {item.key}: {exc}")
+            continue
+        data = item.data[0] if len(item.data) == 1 else b"".join(item.data)
+        view = memoryview(data)
+        crc = item.crc32c if item.crc32c is not None else _crc32c.crc32c(view)
+        tmp = os.path.join(directory, f".{name}{TMP_MARKER}{tag}{i:x}")
+        todo.append((i, final, directory, tmp, crc_etag(crc, view.nbytes)))
+        datas.append(view)
+    assert _localio is not None
+    out = _localio.write_new([os.fsencode(t[3]) for t in todo], datas, [t[4] for t in todo])
+    written: Written = []
+    for (i, final, directory, tmp, etag), res in zip(todo, out, strict=True):
+        if isinstance(res, int):
+            if res == errno.ENOENT:  # its directory went away: made again next time
+                store._dirs.discard(directory)
+            results[i] = StoreError(f"put {items[i].key}: {os.strerror(res)}")
+            continue
+        fd, dev, ino, mtime_ns, size = res
+        written.append(
+            (
+                i,
+                TmpObject(
+                    items[i].key, final, directory, tmp, fd, (dev, ino, mtime_ns, size), etag
+                ),
+            )
+        )
+    return written
+
+
+def _link_native(written: Written, results: list[Result]) -> Written:
+    """``_link`` in one call without the GIL (thread)."""
+    assert _localio is not None
+    errs = _localio.link_all(
+        [os.fsencode(o.tmp) for _i, o in written], [os.fsencode(o.final) for _i, o in written]
+    )
+    linked: Written = []
+    for (i, obj), err in zip(written, errs, strict=True):
+        if err == 0:
+            linked.append((i, obj))
+        elif err == errno.EEXIST:
+            results[i] = ObjectExistsError(obj.key)
+        else:
+            results[i] = StoreError(f"put {obj.key}: {os.strerror(err)}")
+    return linked
+
+
+def _close_native(store: LocalStore, parts: list[Written], root: int) -> None:
+    """``_close`` in one call without the GIL (thread)."""
+    assert _localio is not None
+    objs = [obj for part in parts for _i, obj in part]
+    _localio.close_all([o.fd for o in objs], [os.fsencode(o.tmp) for o in objs], store.drop_cache)
+    os.close(root)
 
 
 async def _barrier(root: int, parts: list[Written], results: list[Result], what: str) -> bool:

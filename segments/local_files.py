@@ -16,6 +16,7 @@ import crc32c as _crc32c
 
 from segments.store import Buffer
 
+TMP_MARKER = ".tmp-"  # in the names of temp files (never listed as objects)
 ETAG_XATTR = "user.kafscale.etag"
 
 _StatKey = tuple[int, int, int, int]  # dev, inode, mtime_ns, size
@@ -127,7 +128,7 @@ class TmpObject:
     directory: str
     tmp: str
     fd: int
-    st: os.stat_result
+    stat_key: _StatKey  # (dev, inode, mtime_ns, size): the ETag cache's key
     etag: str
 
 

@@ -60,6 +60,7 @@ from collections.abc import Sequence
 from segments.direct_io import write_direct
 from segments.local_batch import batches, put_batch
 from segments.local_files import (
+    TMP_MARKER,
     TmpObject,
     _drop_cached,
     _fsync_dir,
@@ -86,7 +87,6 @@ from segments.store import (
 
 log = logging.getLogger(__name__)
 
-TMP_MARKER = ".tmp-"
 # Ranged reads up to 1 MiB run inline: measured from page cache, 4 KiB-1 MiB inline took
 # 11-114 us versus 115-358 us through asyncio.to_thread; at 8 MiB the thread wins.
 INLINE_READ_MAX = 1 << 20
@@ -110,6 +110,7 @@ class LocalStore:
         self.drop_cache = not keep_page_cache
         os.makedirs(self.root, exist_ok=True)
         self._etags: dict[_StatKey, str] = {}
+        self._dirs: set[str] = set()  # directories known to exist (batch writes)
 
     @classmethod
     def from_url(cls, url: str) -> LocalStore:
@@ -137,9 +138,21 @@ class LocalStore:
         return os.path.join(self.root, *parts)
 
     def _remember(self, st: os.stat_result, etag: str) -> None:
+        self._remember_key(_stat_key(st), etag)
+
+    def _remember_key(self, key: _StatKey, etag: str) -> None:
         if len(self._etags) >= _ETAG_CACHE_MAX:
             self._etags.clear()
-        self._etags[_stat_key(st)] = etag
+        self._etags[key] = etag
+
+    def _known_dir(self, directory: str) -> None:
+        """``_mkdirs`` once per directory (the broker never removes one; a write that
+        finds it gone anyway forgets it, ``segments/local_batch.py``)."""
+        if directory not in self._dirs:
+            self._mkdirs(directory)
+            if len(self._dirs) >= _ETAG_CACHE_MAX:
+                self._dirs.clear()
+            self._dirs.add(directory)
 
     def _etag_of_fd(self, fd: int, st: os.stat_result, want: str | None = None) -> str:
         """The object's ETag; with ``want`` (an If-Match value) in the legacy MD5 form
@@ -200,7 +213,7 @@ class LocalStore:
             os.close(fd)
             os.unlink(tmp)
             raise
-        return TmpObject(key, final, directory, tmp, fd, st, etag)
+        return TmpObject(key, final, directory, tmp, fd, _stat_key(st), etag)
 
     def _put_sync(self, key: str, data: Sequence[Buffer], known: int | None = None) -> str:
         obj = self._write_tmp(key, data, known)
@@ -218,7 +231,8 @@ class LocalStore:
         finally:
             os.unlink(obj.tmp)
         _fsync_dir(obj.directory)
-        self._remember(obj.st, obj.etag)  # link/unlink change neither inode, mtime nor size
+        # link/unlink change neither inode, mtime nor size
+        self._remember_key(obj.stat_key, obj.etag)
         return obj.etag
 
     def _open_range(

@@ -15,8 +15,20 @@ import crc32c as crc_pkg
 import pytest
 
 from segments import local_batch
+from segments.local_files import ETAG_XATTR
 from segments.local_store import TMP_MARKER, LocalStore, crc_etag
 from segments.store import ObjectExistsError, PutItem, StoreError
+
+
+@pytest.fixture(params=["native", "python"])
+def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The batch's phases in segments/_localio.c (GIL released), or in Python (a build
+    without the extension)."""
+    if request.param == "native" and local_batch._localio is None:
+        pytest.skip("segments._localio is not built (pip install -e . builds it)")
+    if request.param == "python":
+        monkeypatch.setattr(local_batch, "_localio", None)
+    return str(request.param)
 
 
 def _items(n: int, tag: str = "") -> list[PutItem]:
@@ -54,7 +66,7 @@ def test_syncfs_with_error_reports_is_used_where_the_kernel_has_it() -> None:
 
 @pytest.mark.parametrize("barrier", ["syncfs", "fsync-by-url", "fsync-no-syncfs"])
 async def test_batch_writes_every_object_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, barrier: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, barrier: str, impl: str
 ) -> None:
     calls = [0]
     real = local_batch._SYNCFS
@@ -77,6 +89,10 @@ async def test_batch_writes_every_object_whole(
         whole = b"".join(bytes(b) for b in item.data)
         assert res == crc_etag(crc_pkg.crc32c(whole), len(whole))
         assert await store.get(item.key, if_match=res) == whole
+        path = tmp_path / "objects" / item.key
+        st = path.stat()  # the ETag recorded on the file, as a single put records it
+        recorded = os.getxattr(path, ETAG_XATTR).decode()
+        assert recorded == f"{res} {st.st_mtime_ns} {st.st_size}"
     assert calls[0] == (6 if barrier == "syncfs" else 0)  # two per group
     assert _temp_files(tmp_path) == []
     again = await store.put_many_if_absent([items[0], items[9], *_items(8, "-new")])
@@ -87,7 +103,7 @@ async def test_batch_writes_every_object_whole(
 
 @pytest.mark.parametrize("fail_on", [1, 2], ids=["data-barrier", "name-barrier"])
 async def test_a_failed_barrier_fails_every_object(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_on: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_on: int, impl: str
 ) -> None:
     monkeypatch.setattr(local_batch, "_SYNCFS", _failing_barrier(fail_on))
     store = LocalStore(str(tmp_path / "objects"))
@@ -113,3 +129,23 @@ async def test_a_small_batch_takes_single_puts(
     assert [await store.get(i.key) for i in items] == [bytes(i.data[0]) for i in items]
     [exists] = await store.put_many_if_absent([items[0]])
     assert isinstance(exists, ObjectExistsError)
+
+
+async def test_a_directory_removed_under_the_store_fails_one_batch_only(
+    tmp_path: Path, impl: str
+) -> None:
+    """The native path remembers the directories it made; one removed behind the store's
+    back fails its object once (a retriable error), and the next batch makes it again."""
+    store = LocalStore(str(tmp_path / "objects"))
+    assert all(isinstance(r, str) for r in await store.put_many_if_absent(_items(9)))
+    gone = tmp_path / "objects" / "ns" / "t" / "4"
+    for f in gone.iterdir():
+        f.unlink()
+    gone.rmdir()
+    first = await store.put_many_if_absent(_items(9, "-b"))
+    if impl == "native":
+        assert isinstance(first[4], StoreError) and not isinstance(first[4], ObjectExistsError)
+    assert all(isinstance(r, str) for i, r in enumerate(first) if i != 4)
+    again = await store.put_many_if_absent(_items(9, "-c"))
+    assert all(isinstance(r, str) for r in again)
+    assert _temp_files(tmp_path) == []
