@@ -27,7 +27,7 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from segments.s3_direct import DirectGetter
-from segments.s3_direct_put import EXPIRES_S, DirectPutter, PutReply, data_crc
+from segments.s3_direct_put import EXPIRES_S, DirectPutter, PutReply, checksum_header, data_crc
 from segments.store import (
     Buffer,
     ObjectExistsError,
@@ -43,6 +43,12 @@ _NOT_FOUND = {"NoSuchKey", "404", "NotFound", "NoSuchBucket"}
 _PRECONDITION = {"PreconditionFailed", "412"}
 _CONFLICT = {"ConditionalRequestConflict", "409"}
 _BAD_RANGE = {"InvalidRange", "416"}
+# a body that does not match its x-amz-checksum-crc32c (AWS, SeaweedFS: BadDigest; MinIO:
+# XAmzContentChecksumMismatch; a malformed value: InvalidDigest)
+_CHECKSUM_MISMATCH = {"BadDigest", "XAmzContentChecksumMismatch", "InvalidDigest"}
+# a store without the checksum header (Backblaze B2: InvalidArgument "Unsupported header";
+# Cloudflare R2: 501 NotImplemented; others: InvalidRequest)
+_CHECKSUM_UNSUPPORTED = {"InvalidArgument", "InvalidRequest", "NotImplemented", "501"}
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
@@ -113,6 +119,9 @@ class S3Store:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
+        # False once the store refused the SDK's PUT with ``x-amz-checksum-crc32c`` for a
+        # reason other than a mismatch (``_sdk_put``): later ones go without it
+        self._sdk_checksums = True
         self.list_page_size = 1000  # keys per ListObjectsV2 page (S3's maximum)
         self._client: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -177,11 +186,15 @@ class S3Store:
         self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
     ) -> str:
         """``ObjectStore.put_if_absent``. ``crc32c`` (the concatenation's CRC-32C) is sent
-        as the direct PUT's ``x-amz-checksum-crc32c`` without hashing the bytes; the server
-        checks it. A wrong one is refused (400): the bytes are then hashed here once, and
-        if they do not match ``crc32c`` the PUT fails (StoreError) instead of falling back
-        to the SDK's PUT, so nothing is stored whose CRC the caller did not vouch for."""
+        as ``x-amz-checksum-crc32c`` without hashing the bytes, by the direct PUT and by the
+        SDK's (``_sdk_put``); the server checks it. A direct PUT refused with a 4xx (a wrong
+        CRC: 400) is hashed here once, and if the bytes do not match ``crc32c`` the PUT
+        fails (StoreError) instead of falling back to the SDK's PUT, so nothing is stored
+        whose CRC the caller did not vouch for; the SDK's PUT refused for a mismatch fails
+        too. A store that refuses the header itself gets the PUT without it, once the bytes
+        were hashed here and matched (docs/operations.md, "Direct PUTs")."""
         refused = None
+        verified = False
         if (puts := self._puts) is not None:
             reply = await self._direct_put(puts, key, data, crc32c)
             if reply is not None and reply.status == 200:
@@ -196,7 +209,8 @@ class S3Store:
                 refused = reply.status
                 if crc32c is not None and await asyncio.to_thread(data_crc, data) != crc32c:
                     raise StoreError(f"put {key}: the bytes do not match their CRC-32C")
-        etag = await self._sdk_put(key, data)
+                verified = True
+        etag = await self._sdk_put(key, data, crc32c, verified)
         if refused is not None and puts is not None and self._puts is puts:
             # the direct form was refused where the SDK's succeeded (a store without the
             # checksum header, say): the SDK for every later PUT
@@ -222,18 +236,41 @@ class S3Store:
         url = f"{base}/{quote(self.bucket, safe='')}/{quote(self._key(key), safe='/~')}"
         return await puts.put(url, auth, data, crc)
 
-    async def _sdk_put(self, key: str, data: Sequence[Buffer]) -> str:
+    async def _sdk_put(
+        self, key: str, data: Sequence[Buffer], crc: int | None = None, verified: bool = False
+    ) -> str:
+        """The SDK's conditional PUT, with ``crc`` (the bytes' CRC-32C) as its checksum
+        unless the store refused that header before; ``verified``: the bytes were already
+        hashed here and matched ``crc``."""
+        mismatch = f"put {key}: the bytes do not match their CRC-32C"
+        if crc is not None and not self._sdk_checksums:
+            if not verified and await asyncio.to_thread(data_crc, data) != crc:
+                raise StoreError(mismatch)
+            crc = None
         body = data[0] if len(data) == 1 and isinstance(data[0], bytes) else b"".join(data)
+        extra = {} if crc is None else {"ChecksumCRC32C": checksum_header(data, crc)}
         client = await self._get_client()
         try:
             resp = await client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=body, IfNoneMatch="*"
+                Bucket=self.bucket, Key=self._key(key), Body=body, IfNoneMatch="*", **extra
             )
         except ClientError as exc:
             code = _code(exc)
             if code in _PRECONDITION or code in _CONFLICT:
                 raise ObjectExistsError(key) from None
-            raise StoreError(f"put {key}: {code}") from exc
+            if crc is not None and code in _CHECKSUM_MISMATCH:
+                raise StoreError(f"{mismatch} ({code})") from exc
+            if crc is None or code not in _CHECKSUM_UNSUPPORTED:
+                raise StoreError(f"put {key}: {code}") from exc
+            # perhaps a store without x-amz-checksum-crc32c: the bytes hashed here, then
+            # the PUT without it (and every later one, hashed here first, once one passed)
+            if not verified and await asyncio.to_thread(data_crc, data) != crc:
+                raise StoreError(mismatch) from exc
+            etag = await self._sdk_put(key, data)
+            if self._sdk_checksums:
+                self._sdk_checksums = False
+                log.warning("S3 PUTs with a checksum refused (%s): sent without one", code)
+            return etag
         except BotoCoreError as exc:
             raise StoreError(f"put {key}: {exc}") from exc
         return str(resp["ETag"]).strip('"')

@@ -129,7 +129,8 @@ def test_a_broker_writes_its_segments_by_direct_puts(
 ) -> None:
     """Produce (acks=all) to a broker on SeaweedFS: every acknowledged record reads back,
     and every segment object in the bucket carries the CRC-32C of its bytes as SeaweedFS
-    stored it: written by a direct PUT (the SDK's PUT sends no checksum)."""
+    stored it: each PUT carried the checksum (a direct PUT; the SDK's sends it too since
+    it takes ``crc32c``, so this no longer tells the two apart)."""
     bucket = create_bucket(seaweedfs_s3)
     b = start_broker(tmp_path / "broker", store_url=seaweedfs_s3.store_url(bucket, "ks"))
     try:
