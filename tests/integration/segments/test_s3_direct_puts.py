@@ -128,9 +128,9 @@ def test_a_broker_writes_its_segments_by_direct_puts(
     seaweedfs_s3: S3Endpoint, tmp_path: Path
 ) -> None:
     """Produce (acks=all) to a broker on SeaweedFS: every acknowledged record reads back,
-    and every segment object in the bucket carries the CRC-32C of its bytes as SeaweedFS
-    stored it: each PUT carried the checksum (a direct PUT; the SDK's sends it too since
-    it takes ``crc32c``, so this no longer tells the two apart)."""
+    every segment object in the bucket carries the CRC-32C of its bytes as SeaweedFS
+    stored it (each PUT carried the checksum, direct or through the SDK), and the broker
+    never fell back from direct PUTs to the SDK's (it logs one warning when it does)."""
     bucket = create_bucket(seaweedfs_s3)
     b = start_broker(tmp_path / "broker", store_url=seaweedfs_s3.store_url(bucket, "ks"))
     try:
@@ -162,6 +162,7 @@ def test_a_broker_writes_its_segments_by_direct_puts(
     finally:
         b.stop()
     assert "Traceback" not in b.log_text()
+    assert "direct S3 PUTs refused" not in b.log_text()
 
 
 async def test_a_refused_direct_put_falls_back_to_the_sdk_and_turns_off(
