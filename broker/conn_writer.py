@@ -28,8 +28,7 @@ if TYPE_CHECKING:
     from broker.request_metrics import ConnectionRecorder
     from broker.security.sasl import Session
 
-# the connection's logger: its messages are the connection's (operators filter on it)
-log = logging.getLogger("broker.connection")
+log = logging.getLogger(__name__)
 
 #: failures of what the broker depends on (metadata store, object store, network), not
 #: of the request or the handler: the connection is closed as before, and clients
