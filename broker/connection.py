@@ -8,7 +8,8 @@ place.
 
 Dispatch: requests are decoded and handled one at a time, in arrival order. A handler
 may return a deferred response (Produce waits for its commit): it is queued and the next
-request is read at once. The writer sends responses strictly in request order.
+request is read at once. The writer sends responses strictly in request order
+(``broker/conn_writer.py``; partial frames: ``broker/frames.py``).
 
 Admission control: the bytes of frames read but not yet answered are counted per
 connection and per broker; past either limit the connection stops reading (TCP pushes
@@ -48,22 +49,16 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from broker.conn_writer import UNAVAILABLE, Raw, ResponseWriter
 from broker.frames import PartialFrames
-from broker.handlers import Encoded, RequestContext
+from broker.handlers import RequestContext
 from broker.handlers.registry import handler_failed
-from broker.meta.base import MetaStoreError
 from broker.security.config import Listener
 from broker.security.sasl import Session, authenticate_step
 from protocol.apis import ApiKey
-from protocol.codec import (
-    api_versions_fallback,
-    decode_request,
-    encode_response,
-    error_response,
-)
+from protocol.codec import api_versions_fallback, decode_request, error_response
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import RequestHeader, parse_request_header
-from segments.store import StoreError
 
 if TYPE_CHECKING:
     from broker.request_metrics import RequestRecorder
@@ -71,28 +66,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-#: failures of what the broker depends on (metadata store, object store, network), not
-#: of the request or the handler: the connection is closed as before, and clients
-#: reconnect and retry (an empty or UNKNOWN_SERVER_ERROR answer would fail their
-#: produce for good)
-UNAVAILABLE: tuple[type[BaseException], ...] = (MetaStoreError, StoreError, OSError)
-
 SCRATCH = 256 * 1024
 PRE_AUTH_MAX_BYTES = 512 * 1024  # largest frame before SASL authentication
-COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
 
 
-class _Raw:
-    """A whole response frame, already encoded (the ApiVersions fallback)."""
-
-    __slots__ = ("buffers",)
-
-    def __init__(self, buffers: list[Any]) -> None:
-        self.buffers = buffers
-
-
-class Connection(PartialFrames, asyncio.BufferedProtocol):
+class Connection(PartialFrames, ResponseWriter, asyncio.BufferedProtocol):
     def __init__(
         self,
         broker: Broker,
@@ -193,12 +171,6 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
     def _release_all(self) -> None:
         self.broker.admission.release(self, self.inflight)
         self.inflight = 0
-
-    def pause_writing(self) -> None:
-        self._can_write.clear()
-
-    def resume_writing(self) -> None:
-        self._can_write.set()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
@@ -397,7 +369,7 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
             if hdr.api_key == ApiKey.API_VERSIONS:
                 routes = self.broker.routes.values()
                 keys = [(a.key, a.min_version, a.max_version) for a in routes]
-                return hdr, _Raw(api_versions_fallback(hdr.correlation_id, sorted(keys))), size
+                return hdr, Raw(api_versions_fallback(hdr.correlation_id, sorted(keys))), size
             raise KafkaProtocolError(
                 ErrorCode.UNSUPPORTED_VERSION,
                 f"API {hdr.api_key} v{hdr.api_version} is not supported",
@@ -440,78 +412,8 @@ class Connection(PartialFrames, asyncio.BufferedProtocol):
         if res.done:
             session.raw_tokens = False
         out = len(res.token).to_bytes(4, "big") + res.token
-        return RequestHeader(ApiKey.SASL_AUTHENTICATE, 0, 0, None, 0), _Raw([out]), len(frame)
+        return RequestHeader(ApiKey.SASL_AUTHENTICATE, 0, 0, None, 0), Raw([out]), len(frame)
 
     def _answered(self, size: int) -> None:
         self.inflight -= size
         self.broker.admission.release(self, size)
-
-    async def _write_loop(self) -> None:
-        while not self._closed:
-            if not self._out:
-                self._out_ready.clear()
-                await self._out_ready.wait()
-                continue
-            hdr, item, size = self._out.popleft()
-            try:
-                if isinstance(item, asyncio.Future):
-                    item = await item
-                bufs = self._encode(hdr, item)
-            except UNAVAILABLE:
-                log.exception("closing %s: request failed", self.peer)
-                self.close()
-                return
-            except Exception as exc:  # a deferred handler or an encoder failed
-                handler_failed(hdr.api_key, hdr.api_version, exc)
-                try:
-                    bufs = self._encode(
-                        hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
-                    )
-                except Exception:
-                    log.exception("closing %s: response failed", self.peer)
-                    self.close()
-                    return
-            self._answered(size)
-            if self._mute_after:  # a quota throttle: mute from the response on (KIP-219)
-                mute = self._mute_after.pop(hdr.correlation_id, 0)
-                if mute > 0:
-                    self._mute(mute)
-            self.rec.finished(item, bufs)
-            if bufs:
-                self._send(bufs)
-                if self.session.failed:  # authentication failed: answered, now close
-                    self.close()
-                    return
-                if not self._can_write.is_set():
-                    await self._can_write.wait()
-
-    def _encode(self, hdr: RequestHeader, item: Any) -> list[Any] | None:
-        if item is None:
-            return None
-        if isinstance(item, _Raw):
-            return item.buffers
-        if isinstance(item, Encoded):
-            return encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, item.buffers)
-        return encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, item)
-
-    def _send(self, bufs: list[Any]) -> None:
-        transport = self.transport
-        if transport is None or self._closed:
-            return
-        small: list[Any] = []
-        small_len = 0
-        for b in bufs:
-            n = b.nbytes if isinstance(b, memoryview) else len(b)
-            if n < COALESCE:
-                small.append(b)
-                small_len += n
-                if small_len >= COALESCE:
-                    transport.write(b"".join(small))
-                    small, small_len = [], 0
-                continue
-            if small:
-                transport.write(b"".join(small))
-                small, small_len = [], 0
-            transport.write(b)
-        if small:
-            transport.write(b"".join(small) if len(small) > 1 else small[0])

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from broker.meta.base import MetaStore, open_meta
+from broker.server import Broker
+from tests.unit.broker.maintenance_helpers import TOPIC, config
 
 
 @pytest.fixture
@@ -18,3 +20,16 @@ async def meta(tmp_path: Path) -> AsyncIterator[MetaStore]:
         yield store
     finally:
         await store.close()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Broker]:
+    """The maintenance tests' in-process broker (maintenance_helpers.py): loops idle, topic
+    ``maint`` with one partition. test_compaction_passes.py has its own ``node``."""
+    b = Broker(config(tmp_path))
+    await b.start()
+    await b.topics.create(TOPIC, 1)
+    try:
+        yield b
+    finally:
+        await b.stop()

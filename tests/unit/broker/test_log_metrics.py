@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.metrics import broker_registry
 from broker.server import Broker
-from tests.unit.broker.test_maintenance import TOPIC, config, maint, produce
+from tests.unit.broker.maintenance_helpers import TOPIC, config, maint, produce
 
 
 def _samples(b: Broker) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -17,7 +17,7 @@ import pytest
 from broker.meta.schema import SegmentMeta
 from broker.server import Broker
 from segments.format import SEGMENT_VERSION, index_key_for
-from tests.unit.broker.test_maintenance import TOPIC, config, maint, objects, produce
+from tests.unit.broker.maintenance_helpers import TOPIC, config, maint, objects, produce
 
 
 def test_entry_records_its_format_version_and_old_entries_read_as_unknown() -> None:

@@ -1,8 +1,9 @@
 """Log compaction passes (broker/compaction.py) on an in-process broker over a real
 local-directory store and a real embedded metadata store: offsets kept, tombstone
-lifetime, several passes with a small key map, producer state, DeleteRecords, ListOffsets,
-repairs, chunked swaps, metrics, reads through gaps. The pure policy is tested in
-test_compaction_policy.py."""
+lifetime, several passes with a small key map, a policy change, metrics, reads through
+gaps, pacing, chunked swaps, the topic's compression, the last stable offset. Across
+owners: test_compaction_owners.py; the property test: test_compaction_property.py; the
+pure policy: test_compaction_policy.py."""
 
 from __future__ import annotations
 
@@ -13,11 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from broker.compaction_policy import NO_TOMBSTONES
-from broker.logs import LogManager
 from broker.partition import PartitionLog
 from broker.server import Broker
 from protocol.batch import iter_batches, read_header
@@ -27,12 +25,7 @@ from protocol.records import build_batch, decode_batch
 from segments.format import iter_segment_batches
 from segments.validate import validate_segment
 from tests.fixtures.inprocess import local_config
-
-TOPIC = "compacted"
-COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
-
-
-# ------------------------------------------------------------------- in-process passes
+from tests.unit.broker.compaction_helpers import COMPACT, TOPIC, append, read_records
 
 
 @pytest.fixture
@@ -50,34 +43,6 @@ async def node(tmp_path: Path) -> AsyncIterator[Broker]:
         yield b
     finally:
         await b.stop()
-
-
-async def append(logs: LogManager, recs: list[Any], **kw: Any) -> None:
-    """One committed batch (= one segment)."""
-    lg = await logs.get(TOPIC, 0)
-    view = memoryview(bytearray(build_batch(recs, **kw)))
-    res = lg.append(read_header(view), view)
-    assert res.error == ErrorCode.NONE and res.done is not None
-    logs.appended(lg, len(view))
-    await res.done
-
-
-async def read_records(
-    logs: LogManager, lg: PartitionLog
-) -> list[tuple[int, bytes | None, bytes | None]]:
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    offset = 0
-    while offset < lg.hw:
-        views = await logs.read(lg, offset, 1 << 20)
-        if not views:
-            break
-        for v in views:
-            for hdr, bv in iter_batches(v):
-                out += [
-                    (r.offset, r.key, r.value) for r in decode_batch(bv)[1] if r.offset >= offset
-                ]
-                offset = max(offset, hdr.last_offset + 1)
-    return out
 
 
 async def test_pass_keeps_latest_per_key_at_original_offsets(
@@ -160,53 +125,6 @@ async def test_policy_change_takes_effect_on_a_live_topic(node: Broker) -> None:
     assert [r[2] for r in await read_records(logs, lg)] == [b"v2"]
 
 
-async def test_producer_state_delete_records_and_list_offsets_after_compaction(
-    tmp_path: Path,
-) -> None:
-    from broker.handlers.list_offsets import _by_timestamp, _max_timestamp
-
-    cfg = local_config(tmp_path, segment_delete_grace_ms=0)
-    b = Broker(cfg)
-    await b.start()
-    try:
-        await b.topics.create(TOPIC, 1, configs=COMPACT)
-        pid: dict[str, Any] = {"producer_id": 5, "producer_epoch": 0}
-        ab: list[Any] = [(b"a", b"1", []), (b"b", b"1", [])]
-        await append(b.logs, ab, base_sequence=0, timestamps=[100, 101], **pid)
-        await append(b.logs, ab, base_sequence=2, timestamps=[200, 201], **pid)  # 2..3
-        await append(b.logs, [(b"a", b"2", []), (b"b", b"2", [])], timestamps=[300, 301])
-        await append(b.logs, [(b"c", b"1", [])], timestamps=[400])
-        lg = await b.logs.get(TOPIC, 0)
-        assert b.logs.maintenance is not None
-        comp = b.logs.maintenance.compactor
-        ccfg = comp.topic_config(lg)
-        assert ccfg is not None and await comp.compact(lg, ccfg)
-        assert [r[0] for r in await read_records(b.logs, lg)] == [4, 5, 6]
-        # ListOffsets by time finds the first remaining record at or after it
-        assert await _by_timestamp(b.logs, lg, 150) == (4, 300)
-        assert await _max_timestamp(b.logs, lg) == (6, 400)
-    finally:
-        await b.stop()
-    b = Broker(cfg)  # the next owner rebuilds producer state from the compacted log
-    await b.start()
-    try:
-        lg = await b.logs.get(TOPIC, 0)
-        view = memoryview(bytearray(build_batch(ab, base_sequence=2, **pid)))
-        res = lg.append(read_header(view), view)  # a retry of the last batch: a duplicate
-        assert (res.error, res.base_offset) == (ErrorCode.NONE, 2)
-        assert lg.next_offset == 7
-        view = memoryview(bytearray(build_batch(ab, base_sequence=5, **pid)))
-        res = lg.append(read_header(view), view)  # a gap after it
-        assert res.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        # DeleteRecords inside the compacted segment
-        assert b.logs.maintenance is not None
-        assert await b.logs.maintenance.delete_records(lg, 5) == 5
-        assert [r[0] for r in await read_records(b.logs, lg) if r[0] >= 5] == [5, 6]
-        assert lg.log_start == 5
-    finally:
-        await b.stop()
-
-
 async def test_metrics_after_a_pass(node: Broker) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -283,46 +201,6 @@ async def test_a_fetch_reads_on_through_gaps_at_segment_ends(node: Broker) -> No
     logs.cache.evict_prefix("")
     views = await logs.read(lg, 1, 1 << 20)
     assert views and read_header(views[0]).base_offset == 2
-
-
-async def test_partitions_truncate_keeps_a_compacted_segment_compacted(tmp_path: Path) -> None:
-    from broker.meta.base import open_meta
-    from broker.repair import Target, truncate
-    from segments.store import open_store
-
-    cfg = local_config(tmp_path)
-    b = Broker(cfg)
-    await b.start()
-    try:
-        await b.topics.create(TOPIC, 1, configs=COMPACT)
-        for v in range(3):  # offsets 3v..3v+2: a, b, c_v; a and b superseded until v=2
-            await append(
-                b.logs, [(b"a", b"%d" % v, []), (b"b", b"%d" % v, []), (b"c%d" % v, b"c", [])]
-            )
-        lg = await b.logs.get(TOPIC, 0)
-        assert b.logs.maintenance is not None
-        comp = b.logs.maintenance.compactor
-        ccfg = comp.topic_config(lg)
-        assert ccfg is not None and await comp.compact(lg, ccfg)
-        assert [r[0] for r in await read_records(b.logs, lg)] == [2, 5, 6, 7, 8]
-    finally:
-        await b.stop()
-    meta = open_meta("embedded", cfg.data_dir)
-    store = open_store(cfg.store_url)
-    try:  # cut at the start of the last batch (6): the segment keeps its gaps
-        done = await truncate(meta, store, Target("default", TOPIC, 0), 6, execute=True)
-        assert done[-1].endswith("now ends at 6")
-    finally:
-        await store.close()
-        await meta.close()
-    b = Broker(cfg)
-    await b.start()
-    try:
-        lg = await b.logs.get(TOPIC, 0)
-        assert lg.hw == 6 and lg.segments[0].cleaned
-        assert [r[0] for r in await read_records(b.logs, lg)] == [2, 5]
-    finally:
-        await b.stop()
 
 
 async def test_throttle_paces_to_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -404,85 +282,6 @@ async def test_rewritten_batches_take_the_topics_compression_type(node: Broker) 
         (b"c", b"1"),
         (b"a", b"2"),
     ]
-
-
-@settings(max_examples=30, deadline=None)
-@given(
-    segments=st.lists(
-        st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=1, max_size=6),
-        min_size=1,
-        max_size=8,
-    ),
-    capacity_keys=st.integers(1, 8),
-    txn_ops=st.integers(3, 6),
-    output_bytes=st.sampled_from([1, 1 << 20]),
-)
-def test_passes_of_the_compactor_leave_the_last_value_per_key(
-    tmp_path_factory: pytest.TempPathFactory,
-    segments: list[list[tuple[int, bool]]],
-    capacity_keys: int,
-    txn_ops: int,
-    output_bytes: int,
-) -> None:
-    """The real compactor (small key map, small or large outputs, small transactions), run
-    until it has nothing left to do, leaves exactly the last record of every key at its
-    offset; with the tombstones' horizon passed, the live ones only."""
-    import asyncio
-    from dataclasses import replace
-
-    from broker.compaction_policy import KEY_ENTRY_BYTES
-
-    async def scenario(tmp: Path) -> None:
-        # the background maintenance loop stays idle: it would compact concurrently with
-        # the passes this test drives, and a pass that finds the manifest moved stops
-        idle = {"merge_interval_ms": 3_600_000, "retention_check_interval_ms": 3_600_000}
-        b = Broker(local_config(tmp, segment_delete_grace_ms=0, **idle))
-        await b.start()
-        try:
-            await b.topics.create(TOPIC, 1, configs=COMPACT)
-            await b.logs.get(TOPIC, 0)  # taken first: the take is a larger transaction
-            b.meta.max_txn_ops = txn_ops
-            last: dict[bytes, tuple[int, bytes | None]] = {}
-            offset = 0
-            for ops in segments:
-                recs: list[Any] = []
-                for k, dead in ops:
-                    value = None if dead else b"v%d" % offset
-                    recs.append((b"k%d" % k, value, []))
-                    last[b"k%d" % k] = (offset, value)
-                    offset += 1
-                await append(b.logs, recs)
-            lg = await b.logs.get(TOPIC, 0)
-            assert b.logs.maintenance is not None
-            comp = b.logs.maintenance.compactor
-            comp.config = replace(
-                b.config,
-                compaction_buffer_bytes=capacity_keys * KEY_ENTRY_BYTES,
-                merge_max_bytes=output_bytes,
-            )
-            ccfg = comp.topic_config(lg)
-            assert ccfg is not None
-            for _ in range(len(segments) + 2):
-                if not await comp.compact(lg, ccfg):
-                    break
-            want = sorted((o, k, v) for k, (o, v) in last.items())
-            start = offset - len(segments[-1])  # the log's last batch stays whole
-            end_batch = [(start + i, b"k%d" % k, None if dead else b"v%d" % (start + i))
-                         for i, (k, dead) in enumerate(segments[-1])]  # fmt: skip
-            got = await read_records(b.logs, lg)
-            assert [r for r in got if r[0] < start] == [w for w in want if w[0] < start]
-            assert [r for r in got if r[0] >= start] == end_batch
-            later = int(time.time() * 1000) + 86_400_000 + 1000
-            while await comp.maybe_compact(lg, now_ms=later):
-                pass
-            got = await read_records(b.logs, lg)
-            live = [w for w in want if w[0] < start and w[2] is not None]
-            assert [r for r in got if r[0] < start] == live
-            assert [r for r in got if r[0] >= start] == end_batch
-        finally:
-            await b.stop()
-
-    asyncio.run(scenario(tmp_path_factory.mktemp("prop")))
 
 
 async def test_compaction_stops_at_the_last_stable_offset(node: Broker) -> None:

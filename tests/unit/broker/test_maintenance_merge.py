@@ -1,0 +1,239 @@
+"""Merges (broker/maintenance.py) on an in-process broker over a real local-directory
+store and a real embedded metadata store: legacy segments, every record kept, a new
+owner, age and count thresholds, a read racing a merge, a fenced merge."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from broker.server import Broker
+from protocol.batch import iter_batches
+from protocol.records import decode_batch
+from segments.format import (
+    SEGMENT_VERSION,
+    build_segment,
+    index_key_for,
+    iter_segment_batches,
+    parse_object_name,
+    partition_prefix,
+)
+from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore
+from segments.validate import validate_segment
+from tests.unit.broker.maintenance_helpers import (
+    TOPIC,
+    config,
+    expected,
+    maint,
+    manifest,
+    objects,
+    produce,
+    read_all,
+    span,
+)
+
+
+async def test_legacy_segments_with_index_objects_are_read_merged_and_deleted(
+    node: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments an older broker wrote (version 1, the index a separate object beside each)
+    stay readable, merge into one version 2 object, and lose their index objects too."""
+    import functools
+
+    import broker.flush
+
+    legacy = functools.partial(build_segment, version=1)
+    monkeypatch.setattr(broker.flush, "build_segment", legacy)
+    await produce(node.logs, 6)
+    monkeypatch.undo()
+    lg = await node.logs.get(TOPIC, 0)
+    store = node.logs.store
+    for s in lg.segments:  # the index objects the older broker wrote beside them
+        key = node.logs.object_key(lg, s)
+        data = await store.get(key)
+        assert data[4:6] == b"\0\1"  # version 1
+        views = [v for _p, _h, v in iter_segment_batches(data)]
+        await store.put_if_absent(index_key_for(key), [legacy(s.base, views).index])
+    assert len(objects(tmp_path)) == 12
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(6)
+    await produce(node.logs, 2, start=6)  # new ones beside them: one object each
+    assert len(objects(tmp_path)) == 14
+    # the ranged read path (segments too big to read whole: index, then ranged GETs)
+    import broker.reads
+
+    monkeypatch.setattr(broker.reads, "WHOLE_READ_LIMIT", 0)
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(8)  # both layouts
+    monkeypatch.undo()
+    await maint(node).run_once()
+    await maint(node).flush_deletes()
+    (merged,) = lg.segments
+    assert objects(tmp_path) == {merged.key}  # old segments and old index objects gone
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(8)
+    monkeypatch.setattr(broker.reads, "WHOLE_READ_LIMIT", 0)
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg, 7) == expected(8)[7:]  # from inside the merged one
+
+
+async def test_merge_replaces_small_segments_and_keeps_every_record(
+    node: Broker, tmp_path: Path
+) -> None:
+    await produce(node.logs, 30)
+    lg = await node.logs.get(TOPIC, 0)
+    assert len(lg.segments) == 30 and len(await manifest(node)) == 30
+    await maint(node).run_once()
+    assert [(s.base, s.last) for s in lg.segments] == [(0, 59)]
+    entries = await manifest(node)
+    name = str(entries[0]["key"])
+    assert len(entries) == 1 and span(name) == (0, 59)
+    parsed = parse_object_name(name)
+    assert parsed is not None and parsed.epoch == lg.epoch  # the writer's epoch is in it
+    assert entries[0]["records"] == 60 and entries[0]["last"] == 59
+    assert await read_all(node.logs, lg) == expected(30)
+    await maint(node).flush_deletes()
+    assert objects(tmp_path) == {name}  # one object: its index travels inside
+    data = tmp_path / "data" / partition_prefix("default", TOPIC, 0) / name
+    report = validate_segment(data.read_bytes())
+    assert report.ok and len(report.batches) == 30
+    assert report.header is not None and report.header.version == SEGMENT_VERSION
+    assert report.index is not None and report.index[0].offset == 0
+    # later small segments merge again, with the earlier merged one (still small)
+    await produce(node.logs, 5, start=30)
+    await maint(node).run_once()
+    assert [(s.base, s.last, span(s.key)) for s in lg.segments] == [(0, 69, (0, 69))]
+    assert lg.segments[0].key != name  # a new object, never a reused key
+    assert await read_all(node.logs, lg, 7) == expected(35)[7:]
+
+
+async def test_merged_manifest_survives_a_new_owner(tmp_path: Path) -> None:
+    b = Broker(config(tmp_path))
+    await b.start()
+    await b.topics.create(TOPIC, 1)
+    await produce(b.logs, 12)
+    await maint(b).run_once()
+    await maint(b).flush_deletes()
+    await b.stop()
+    b2 = Broker(config(tmp_path))
+    await b2.start()
+    try:
+        lg = await b2.logs.get(TOPIC, 0)
+        assert [span(s.key) for s in lg.segments] == [(0, 23)]
+        b2.logs.cache.clear()
+        assert await read_all(b2.logs, lg) == expected(12)
+        await produce(b2.logs, 2, start=12)
+        assert await read_all(b2.logs, lg) == expected(14)
+    finally:
+        await b2.stop()
+
+
+async def test_merge_respects_min_age_and_min_segments(tmp_path: Path) -> None:
+    b = Broker(config(tmp_path, merge_min_age_ms=3_600_000))
+    await b.start()
+    try:
+        await b.topics.create(TOPIC, 1)
+        await produce(b.logs, 6)
+        await maint(b).run_once()
+        lg = await b.logs.get(TOPIC, 0)
+        assert len(lg.segments) == 6  # too young
+    finally:
+        await b.stop()
+    b = Broker(config(tmp_path, merge_min_segments=10))
+    await b.start()
+    try:
+        await maint(b).run_once()
+        lg = await b.logs.get(TOPIC, 0)
+        assert len(lg.segments) == 6  # a run of 6 < 10
+    finally:
+        await b.stop()
+
+
+class PausingStore:
+    """The real local store, with the next GET of one key held until released (to place a
+    merge and a deletion between a read's lookup and its GET)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.hold_key = ""
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def get(
+        self,
+        key: str,
+        start: int | None = None,
+        end: int | None = None,
+        if_match: str | None = None,
+    ) -> bytes:
+        if key == self.hold_key:
+            self.hold_key = ""
+            self.reached.set()
+            await self.release.wait()
+        return await self.inner.get(key, start, end, if_match)
+
+    async def put_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
+        return await self.inner.put_if_absent(key, data, crc32c=crc32c)
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        return await self.inner.head(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        return await self.inner.list(prefix)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_read_that_loses_its_segment_to_a_merge_retries(node: Broker) -> None:
+    await produce(node.logs, 8)
+    lg = await node.logs.get(TOPIC, 0)
+    pausing = PausingStore(node.logs.store)
+    node.logs.store = pausing
+    node.logs.cache.clear()
+    pausing.hold_key = node.logs.object_key(lg, lg.segments[3])
+    assert lg.segments[3].base == 6
+    reader = asyncio.create_task(node.logs.read(lg, 6, 1 << 20))
+    await pausing.reached.wait()  # the read resolved segment 6 and waits on its GET
+    await maint(node).run_once()
+    await maint(node).flush_deletes()  # segment-...06.kfs is gone now
+    pausing.release.set()
+    views = await reader
+    got = [
+        (r.offset, r.value)
+        for v in views
+        for _h, bv in iter_batches(v)
+        for r in decode_batch(bv)[1]
+    ]
+    assert [o for o, _ in got if o >= 6] == list(range(6, 16))
+    # a segment that is gone while the manifest still names it is an error, not a loop
+    node.logs.cache.clear()
+    (merged,) = lg.segments
+    await node.logs.store.delete(node.logs.object_key(lg, merged))
+    with pytest.raises(ObjectNotFoundError):
+        await node.logs.read(lg, 0, 1 << 20)
+
+
+async def test_fenced_merge_commits_nothing_and_deletes_nothing(
+    node: Broker, tmp_path: Path
+) -> None:
+    await produce(node.logs, 5)
+    lg = await node.logs.get(TOPIC, 0)
+    before = list(lg.segments)
+    names = objects(tmp_path)
+    await node.meta.put(f"/owners/{TOPIC}/0", b'{"broker":9,"epoch":99}')  # another owner
+    assert await maint(node).merge_partition(lg) == 0
+    assert len(await manifest(node)) == 5 and lg.segments == before
+    assert lg.state == "closed" and node.logs.logs.get((TOPIC, 0)) is None  # dropped
+    # a fenced broker deletes nothing: its merged object stays for the next owner's sweep
+    after = objects(tmp_path)
+    assert names < after
+    assert [span(n) for n in after - names if n.endswith(".kfs")] == [(0, 9)]

@@ -1,0 +1,45 @@
+"""The pure maintenance policy (broker/maintenance_policy.py): merge planning and
+retention victims."""
+
+from __future__ import annotations
+
+from broker.maintenance_policy import plan_merges, retention_victims
+from broker.partition import SegmentMeta
+
+
+def seg(base: int, last: int, size: int = 100, max_ts: int = 0) -> SegmentMeta:
+    return SegmentMeta(base, last, size, last - base + 1, max_ts, f"e{base}")
+
+
+def test_plan_merges_cuts_runs_at_big_ineligible_gaps_and_limits() -> None:
+    segs = [seg(0, 0), seg(1, 1), seg(2, 2), seg(3, 9, size=5000), seg(10, 10), seg(11, 11)]
+    segs += [seg(13, 13), seg(14, 14), seg(15, 15)]  # a gap at 12
+    runs = plan_merges(segs, lambda s: True, 1000, 10_000, 2, 100)
+    assert [[s.base for s in r] for r in runs] == [[0, 1, 2], [10, 11], [13, 14, 15]]
+    # min_count
+    runs = plan_merges(segs, lambda s: True, 1000, 10_000, 3, 100)
+    assert [[s.base for s in r] for r in runs] == [[0, 1, 2], [13, 14, 15]]
+    # max_count and max_bytes split runs
+    runs = plan_merges(segs[:3], lambda s: True, 1000, 10_000, 2, 2)
+    assert [[s.base for s in r] for r in runs] == [[0, 1]]
+    runs = plan_merges(segs[:3], lambda s: True, 1000, 250, 1, 100)
+    assert [[s.base for s in r] for r in runs] == [[0, 1]]
+    # eligibility (age) stops a run
+    runs = plan_merges(segs, lambda s: s.base < 11, 1000, 10_000, 2, 100)
+    assert [[s.base for s in r] for r in runs] == [[0, 1, 2]]
+
+
+def test_retention_victims_by_time_and_bytes_never_the_last() -> None:
+    segs = [seg(0, 9, 100, max_ts=1000), seg(10, 19, 100, 2000), seg(20, 29, 100, 3000)]
+    assert retention_victims(segs, 10_000, -1, -1) == 0
+    assert retention_victims(segs, 10_000, 100, -1) == 2  # all old, but never the last
+    assert retention_victims(segs, 3_500, 1_000, -1) == 2  # max_ts < 2500: first two
+    assert retention_victims(segs, 2_500, 1_000, -1) == 1
+    assert retention_victims(segs, 10_000, -1, 200) == 1  # 300 -> 200
+    assert retention_victims(segs, 10_000, -1, 150) == 1  # dropping a 2nd leaves 100 < 150
+    assert retention_victims(segs, 10_000, -1, 0) == 2
+    # time stops at the first young segment even if later ones are older
+    mixed = [seg(0, 9, max_ts=5000), seg(10, 19, max_ts=1), seg(20, 29, max_ts=1)]
+    assert retention_victims(mixed, 6000, 2000, -1) == 0
+    # unknown timestamps (-1) never expire by time
+    assert retention_victims([seg(0, 0, max_ts=-1), seg(1, 1)], 10**12, 1, -1) == 0
