@@ -8,6 +8,8 @@ paired differences say more than two medians taken minutes apart (docs/benchmark
     python -m bench.broker_ab --base-tree DIR [--rounds 10] [--messages 30000]
                               [--modes idem,plain,paced,paced_plain] [--local-arg=--FLAG=V ...]
 
+``java`` / ``java_plain``: the Java client (kafka-clients 4.3, ``bench/java_client.py``;
+idempotent / not), whose 16 KiB requests make the cost per request the figure.
 ``paced``: idempotent at 2,000 msg/s (at most 6,000 messages), p99 and p50 per trial;
 ``paced_plain``: the same without idempotence (requests pipelined). Both also print the
 broker's own Produce p99 where the broker exports it (bench/broker_waits.py; not a base
@@ -32,6 +34,7 @@ from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
 
 PACED = ("paced", "paced_plain")
+PLAIN = ("plain", "paced_plain", "java_plain")  # the modes without idempotence
 
 
 def _trial(t: Target, mode: str, messages: int) -> tuple[float, ...]:
@@ -43,11 +46,16 @@ def _trial(t: Target, mode: str, messages: int) -> tuple[float, ...]:
     before = cpu_seconds(t.pid)
     spec: dict[str, Any] = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": 1,
                             "kind": "produce", "topic": topic, "messages": messages,
-                            "idempotence": mode not in ("plain", "paced_plain")}  # fmt: skip
+                            "idempotence": mode not in PLAIN}  # fmt: skip
     if mode in PACED:
         spec.update(rate=2000, messages=min(messages, 6000))
     hist = scrape_buckets(t.metrics_url)
-    res = run_worker(spec)
+    if mode.startswith("java"):
+        from bench.java_client import run_java
+
+        res = run_java(spec)
+    else:
+        res = run_worker(spec)
     if mode in PACED:
         w = waits(hist, scrape_buckets(t.metrics_url))
         if "order_p99_ms" in w:  # what lies inside the broker's p99 (p99 of each, ms)
@@ -88,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--messages", type=int, default=30_000)
     p.add_argument("--modes", default="idem,plain",
-                   help="idem, plain, paced and/or paced_plain")  # fmt: skip
+                   help="idem, plain, java, java_plain, paced and/or paced_plain")  # fmt: skip
     p.add_argument("--local-arg", action="append", default=[],
                    help="extra broker flag for this tree's broker only (e.g. the base tree "
                         "= this tree, to A/B one setting)")  # fmt: skip

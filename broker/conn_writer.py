@@ -5,7 +5,9 @@ that module's documentation for the rules. The write loop takes the queued answe
 request order, awaits a deferred one (Produce waits for its commit), encodes it, releases
 the request's in-flight bytes, starts a quota mute that waits for the response (KIP-219),
 and writes: buffers smaller than ``COALESCE`` are joined, larger ones (record bytes) are
-written as they are, without a copy. While the transport's buffer is full
+written as they are, without a copy. Answers already ready behind the first (the
+produces one flush cycle acknowledged) go out with it, up to ``BATCH_BYTES``: one send,
+not one per request. While the transport's buffer is full
 (``pause_writing``) the loop waits.
 """
 
@@ -37,6 +39,16 @@ log = logging.getLogger(__name__)
 UNAVAILABLE: tuple[type[BaseException], ...] = (MetaStoreError, StoreError, OSError)
 
 COALESCE = 16 * 1024  # buffers smaller than this are joined before writing
+BATCH_BYTES = 256 * 1024  # answers ready together are written together up to this size
+
+
+def _ready(item: Any) -> bool:
+    """An answer that can be encoded without waiting."""
+    return not isinstance(item, asyncio.Future) or item.done()
+
+
+def _size(bufs: list[Any]) -> int:
+    return sum(b.nbytes if isinstance(b, memoryview) else len(b) for b in bufs)
 
 
 class Raw:
@@ -83,31 +95,20 @@ class ResponseWriter:
                 self._out_ready.clear()
                 await self._out_ready.wait()
                 continue
-            hdr, item, size = self._out.popleft()
-            try:
-                if isinstance(item, asyncio.Future):
-                    item = await item
-                bufs = self._encode(hdr, item)
-            except UNAVAILABLE:
-                log.exception("closing %s: request failed", self.peer)
-                self.close()
+            bufs = await self._answer()
+            if bufs is None:
                 return
-            except Exception as exc:  # a deferred handler or an encoder failed
-                handler_failed(hdr.api_key, hdr.api_version, exc)
-                try:
-                    bufs = self._encode(
-                        hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
-                    )
-                except Exception:
-                    log.exception("closing %s: response failed", self.peer)
-                    self.close()
+            # answers that are ready behind it (the produces of one flush cycle) go out in
+            # the same write: one send per cycle instead of one per request
+            size = _size(bufs)
+            while self._out and size < BATCH_BYTES and _ready(self._out[0][1]):
+                if self.session.failed:
+                    break
+                more = await self._answer()
+                if more is None:
                     return
-            self._answered(size)
-            if self._mute_after:  # a quota throttle: mute from the response on (KIP-219)
-                mute = self._mute_after.pop(hdr.correlation_id, 0)
-                if mute > 0:
-                    self._mute(mute)
-            self.rec.finished(item, bufs)
+                bufs = bufs + more
+                size += _size(more)
             if bufs:
                 self._send(bufs)
                 if self.session.failed:  # authentication failed: answered, now close
@@ -115,6 +116,36 @@ class ResponseWriter:
                     return
                 if not self._can_write.is_set():
                     await self._can_write.wait()
+
+    async def _answer(self) -> list[Any] | None:
+        """The next answer in request order, awaited and encoded, its request's bytes
+        released; None: the connection was closed."""
+        hdr, item, size = self._out.popleft()
+        try:
+            if isinstance(item, asyncio.Future):
+                item = await item
+            bufs = self._encode(hdr, item)
+        except UNAVAILABLE:
+            log.exception("closing %s: request failed", self.peer)
+            self.close()
+            return None
+        except Exception as exc:  # a deferred handler or an encoder failed
+            handler_failed(hdr.api_key, hdr.api_version, exc)
+            try:
+                bufs = self._encode(
+                    hdr, error_response(hdr.api_key, ErrorCode.UNKNOWN_SERVER_ERROR)
+                )
+            except Exception:
+                log.exception("closing %s: response failed", self.peer)
+                self.close()
+                return None
+        self._answered(size)
+        if self._mute_after:  # a quota throttle: mute from the response on (KIP-219)
+            mute = self._mute_after.pop(hdr.correlation_id, 0)
+            if mute > 0:
+                self._mute(mute)
+        self.rec.finished(item, bufs)
+        return [] if bufs is None else bufs
 
     def _encode(self, hdr: RequestHeader, item: Any) -> list[Any] | None:
         if item is None:

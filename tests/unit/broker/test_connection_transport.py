@@ -206,3 +206,50 @@ async def test_peer_hangs_up_mid_frame_and_nothing_is_left_behind(broker: Broker
     await asyncio.sleep(0)  # let the connection's tasks see the cancellation
     assert conn not in broker.connections
     assert broker.admission.inflight == 0 and broker.admission.frame_bytes == 0
+
+
+async def test_answers_ready_together_go_out_in_one_write(broker: Broker) -> None:
+    """Deferred answers that complete together (the produces one flush cycle
+    acknowledges) are written in one send, still in request order; an answer that is
+    not ready yet is not waited for by the ones before it."""
+    conn, transport = connect(broker)
+    writes: list[bytes] = []
+    record = transport.write
+
+    def counted(data: Any) -> None:
+        writes.append(bytes(data))
+        record(data)
+
+    transport.write = counted  # type: ignore[method-assign]
+    gates = {cid: asyncio.Event() for cid in (1, 2, 3, 4)}
+    arrived = asyncio.Event()
+    real = broker.routes[int(ApiKey.API_VERSIONS)]
+
+    async def deferred(ctx: Any, req: Any) -> Any:
+        async def answer() -> Any:
+            await gates[ctx.header.correlation_id].wait()
+            return await real.handle(ctx, req)
+
+        if ctx.header.correlation_id == 4:
+            arrived.set()
+        return answer()
+
+    broker.routes[int(ApiKey.API_VERSIONS)] = replace(real, handle=deferred)
+    try:
+        feed(conn, b"".join(request(ApiVersionsRequest[3](), 3, c) for c in gates), 1 << 20)
+        async with asyncio.timeout(WAIT):
+            await arrived.wait()
+        assert not writes
+        for cid in (1, 2, 3):  # 4 stays pending
+            gates[cid].set()
+        await until(transport, lambda: len(responses(transport)) == 3)
+        assert len(writes) == 1
+        got = [ApiVersionsResponse.decode(r, version=3, header=True) for r in responses(transport)]
+        assert [r.header.correlation_id for r in got] == [1, 2, 3]
+        gates[4].set()
+        await until(transport, lambda: len(responses(transport)) == 4)
+        assert len(writes) == 2
+        assert broker.admission.inflight == 0 and conn.inflight == 0
+    finally:
+        broker.routes[int(ApiKey.API_VERSIONS)] = real
+        transport.close()
