@@ -132,7 +132,8 @@ class TmpObject:
     etag: str
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """fsync a directory: the names linked or unlinked in it survive a crash."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -63,7 +63,6 @@ from segments.local_files import (
     TMP_MARKER,
     TmpObject,
     _drop_cached,
-    _fsync_dir,
     _hash_fd,
     _is_md5,
     _record_etag,
@@ -73,6 +72,7 @@ from segments.local_files import (
     _write_buffered,
     _xattr_etag,
     crc_etag,
+    fsync_dir,
 )
 from segments.store import (
     Buffer,
@@ -188,7 +188,7 @@ class LocalStore:
                 os.mkdir(d)
             except FileExistsError:
                 continue
-            _fsync_dir(os.path.dirname(d))
+            fsync_dir(os.path.dirname(d))
 
     def _write_tmp(self, key: str, data: Sequence[Buffer], known: int | None) -> TmpObject:
         """``data`` in a new temp file beside ``key``'s final name, its ETag recorded;
@@ -230,7 +230,7 @@ class LocalStore:
                 raise ObjectExistsError(key) from None
         finally:
             os.unlink(obj.tmp)
-        _fsync_dir(obj.directory)
+        fsync_dir(obj.directory)
         # link/unlink change neither inode, mtime nor size
         self._remember_key(obj.stat_key, obj.etag)
         return obj.etag

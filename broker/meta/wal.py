@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from segments.local_files import fsync_dir
+
 _FRAME = struct.Struct(">II")
 _REC_HEAD = struct.Struct(">QH")
 _OP_HEAD = struct.Struct(">BH")
@@ -196,14 +198,6 @@ def snapshot_revision(path: str) -> int | None:
         return None
     magic, _version, revision, _count = _SNAP_HEAD.unpack(head)
     return int(revision) if magic == SNAP_MAGIC else None
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_atomic(path: str, data: bytes) -> None:
