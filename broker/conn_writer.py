@@ -97,6 +97,7 @@ class ResponseWriter:
                 continue
             bufs = await self._answer()
             if bufs is None:
+                self.close()
                 return
             # answers that are ready behind it (the produces of one flush cycle) go out in
             # the same write: one send per cycle instead of one per request
@@ -105,7 +106,9 @@ class ResponseWriter:
                 if self.session.failed:
                     break
                 more = await self._answer()
-                if more is None:
+                if more is None:  # the answers before it still go out, then the close
+                    self._send(bufs)
+                    self.close()
                     return
                 bufs = bufs + more
                 size += _size(more)
@@ -119,7 +122,7 @@ class ResponseWriter:
 
     async def _answer(self) -> list[Any] | None:
         """The next answer in request order, awaited and encoded, its request's bytes
-        released; None: the connection was closed."""
+        released; None: the connection must close (logged here)."""
         hdr, item, size = self._out.popleft()
         try:
             if isinstance(item, asyncio.Future):
@@ -127,7 +130,6 @@ class ResponseWriter:
             bufs = self._encode(hdr, item)
         except UNAVAILABLE:
             log.exception("closing %s: request failed", self.peer)
-            self.close()
             return None
         except Exception as exc:  # a deferred handler or an encoder failed
             handler_failed(hdr.api_key, hdr.api_version, exc)
@@ -137,7 +139,6 @@ class ResponseWriter:
                 )
             except Exception:
                 log.exception("closing %s: response failed", self.peer)
-                self.close()
                 return None
         self._answered(size)
         if self._mute_after:  # a quota throttle: mute from the response on (KIP-219)

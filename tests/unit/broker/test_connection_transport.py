@@ -24,6 +24,7 @@ from kafka.protocol.metadata import (
 )
 
 from broker.connection import Connection
+from broker.meta.base import MetaStoreError
 from broker.server import Broker
 from protocol.apis import ApiKey
 from tests.fixtures.inprocess import local_config
@@ -250,6 +251,39 @@ async def test_answers_ready_together_go_out_in_one_write(broker: Broker) -> Non
         await until(transport, lambda: len(responses(transport)) == 4)
         assert len(writes) == 2
         assert broker.admission.inflight == 0 and conn.inflight == 0
+    finally:
+        broker.routes[int(ApiKey.API_VERSIONS)] = real
+        transport.close()
+
+
+async def test_answers_before_a_failed_one_go_out_before_the_close(broker: Broker) -> None:
+    """A deferred answer that fails with a metadata-store error closes the connection
+    (clients reconnect and retry), but the answers ready before it are written first:
+    their requests were done, and a produce answered that way is not sent again."""
+    conn, transport = connect(broker)
+    gate, arrived = asyncio.Event(), asyncio.Event()
+    real = broker.routes[int(ApiKey.API_VERSIONS)]
+
+    async def deferred(ctx: Any, req: Any) -> Any:
+        async def answer() -> Any:
+            await gate.wait()
+            if ctx.header.correlation_id == 3:
+                raise MetaStoreError("the metadata store went away")
+            return await real.handle(ctx, req)
+
+        if ctx.header.correlation_id == 4:
+            arrived.set()
+        return answer()
+
+    broker.routes[int(ApiKey.API_VERSIONS)] = replace(real, handle=deferred)
+    try:
+        feed(conn, b"".join(request(ApiVersionsRequest[3](), 3, c) for c in (1, 2, 3, 4)), 1 << 20)
+        async with asyncio.timeout(WAIT):
+            await arrived.wait()
+        gate.set()
+        await until(transport, lambda: transport.closed)
+        got = [ApiVersionsResponse.decode(r, version=3, header=True) for r in responses(transport)]
+        assert [r.header.correlation_id for r in got] == [1, 2]
     finally:
         broker.routes[int(ApiKey.API_VERSIONS)] = real
         transport.close()
