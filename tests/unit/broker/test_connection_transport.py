@@ -9,8 +9,9 @@ transport is a stand-in, as in uvicorn's protocol tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,41 @@ async def test_peer_hangs_up_mid_frame_and_nothing_is_left_behind(broker: Broker
     assert broker.admission.inflight == 0 and broker.admission.frame_bytes == 0
 
 
+@contextlib.asynccontextmanager
+async def deferred_answers(
+    broker: Broker, before: Callable[[int], Awaitable[None]], last: int
+) -> AsyncIterator[asyncio.Event]:
+    """ApiVersions answered late: each answer awaits ``before(correlation_id)`` first;
+    the event yielded is set once the request numbered ``last`` was handled (every
+    answer up to it queued)."""
+    arrived = asyncio.Event()
+    real = broker.routes[int(ApiKey.API_VERSIONS)]
+
+    async def deferred(ctx: Any, req: Any) -> Any:
+        async def answer() -> Any:
+            await before(ctx.header.correlation_id)
+            return await real.handle(ctx, req)
+
+        if ctx.header.correlation_id == last:
+            arrived.set()
+        return answer()
+
+    broker.routes[int(ApiKey.API_VERSIONS)] = replace(real, handle=deferred)
+    try:
+        yield arrived
+    finally:
+        broker.routes[int(ApiKey.API_VERSIONS)] = real
+
+
+def api_versions(*cids: int) -> bytes:
+    return b"".join(request(ApiVersionsRequest[3](), 3, c) for c in cids)
+
+
+def correlation_ids(transport: FakeTransport) -> list[int]:
+    got = [ApiVersionsResponse.decode(r, version=3, header=True) for r in responses(transport)]
+    return [r.header.correlation_id for r in got]
+
+
 async def test_answers_ready_together_go_out_in_one_write(broker: Broker) -> None:
     """Deferred answers that complete together (the produces one flush cycle
     acknowledges) are written in one send, still in request order; an answer that is
@@ -223,36 +259,24 @@ async def test_answers_ready_together_go_out_in_one_write(broker: Broker) -> Non
 
     transport.write = counted  # type: ignore[method-assign]
     gates = {cid: asyncio.Event() for cid in (1, 2, 3, 4)}
-    arrived = asyncio.Event()
-    real = broker.routes[int(ApiKey.API_VERSIONS)]
 
-    async def deferred(ctx: Any, req: Any) -> Any:
-        async def answer() -> Any:
-            await gates[ctx.header.correlation_id].wait()
-            return await real.handle(ctx, req)
+    async def before(cid: int) -> None:
+        await gates[cid].wait()
 
-        if ctx.header.correlation_id == 4:
-            arrived.set()
-        return answer()
-
-    broker.routes[int(ApiKey.API_VERSIONS)] = replace(real, handle=deferred)
     try:
-        feed(conn, b"".join(request(ApiVersionsRequest[3](), 3, c) for c in gates), 1 << 20)
-        async with asyncio.timeout(WAIT):
-            await arrived.wait()
-        assert not writes
-        for cid in (1, 2, 3):  # 4 stays pending
-            gates[cid].set()
-        await until(transport, lambda: len(responses(transport)) == 3)
-        assert len(writes) == 1
-        got = [ApiVersionsResponse.decode(r, version=3, header=True) for r in responses(transport)]
-        assert [r.header.correlation_id for r in got] == [1, 2, 3]
-        gates[4].set()
-        await until(transport, lambda: len(responses(transport)) == 4)
-        assert len(writes) == 2
-        assert broker.admission.inflight == 0 and conn.inflight == 0
+        async with deferred_answers(broker, before, 4) as handled:
+            feed(conn, api_versions(*gates), 1 << 20)
+            await until_set(handled)
+            assert not writes
+            for cid in (1, 2, 3):  # 4 stays pending
+                gates[cid].set()
+            await until(transport, lambda: len(responses(transport)) == 3)
+            assert len(writes) == 1 and correlation_ids(transport) == [1, 2, 3]
+            gates[4].set()
+            await until(transport, lambda: len(responses(transport)) == 4)
+            assert len(writes) == 2
+            assert broker.admission.inflight == 0 and conn.inflight == 0
     finally:
-        broker.routes[int(ApiKey.API_VERSIONS)] = real
         transport.close()
 
 
@@ -261,29 +285,24 @@ async def test_answers_before_a_failed_one_go_out_before_the_close(broker: Broke
     (clients reconnect and retry), but the answers ready before it are written first:
     their requests were done, and a produce answered that way is not sent again."""
     conn, transport = connect(broker)
-    gate, arrived = asyncio.Event(), asyncio.Event()
-    real = broker.routes[int(ApiKey.API_VERSIONS)]
+    gate = asyncio.Event()
 
-    async def deferred(ctx: Any, req: Any) -> Any:
-        async def answer() -> Any:
-            await gate.wait()
-            if ctx.header.correlation_id == 3:
-                raise MetaStoreError("the metadata store went away")
-            return await real.handle(ctx, req)
+    async def before(cid: int) -> None:
+        await gate.wait()
+        if cid == 3:
+            raise MetaStoreError("the metadata store went away")
 
-        if ctx.header.correlation_id == 4:
-            arrived.set()
-        return answer()
-
-    broker.routes[int(ApiKey.API_VERSIONS)] = replace(real, handle=deferred)
     try:
-        feed(conn, b"".join(request(ApiVersionsRequest[3](), 3, c) for c in (1, 2, 3, 4)), 1 << 20)
-        async with asyncio.timeout(WAIT):
-            await arrived.wait()
-        gate.set()
-        await until(transport, lambda: transport.closed)
-        got = [ApiVersionsResponse.decode(r, version=3, header=True) for r in responses(transport)]
-        assert [r.header.correlation_id for r in got] == [1, 2]
+        async with deferred_answers(broker, before, 4) as handled:
+            feed(conn, api_versions(1, 2, 3, 4), 1 << 20)
+            await until_set(handled)
+            gate.set()
+            await until(transport, lambda: transport.closed)
+            assert correlation_ids(transport) == [1, 2]
     finally:
-        broker.routes[int(ApiKey.API_VERSIONS)] = real
         transport.close()
+
+
+async def until_set(event: asyncio.Event) -> None:
+    async with asyncio.timeout(WAIT):
+        await event.wait()
