@@ -139,3 +139,22 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+SYS_ROOT = "/sys"  # Linux sysfs (tests point it at a tree of their own)
+
+
+def unjournaled_ext4(path: str) -> str | None:
+    """The name of the block device under ``path`` when it holds an ext4 file system
+    without a journal (sysfs: ``fs/ext4/<device>/journal_task`` reads ``<none>``), else
+    None (a journal, another file system, no sysfs). On such a file system a crash
+    leaves the file system to fsck, and ``syncfs`` writes every dirty inode back by
+    itself (docs/benchmarks.md, "Round 6")."""
+    try:
+        dev = os.stat(path).st_dev
+        block = os.path.join(SYS_ROOT, "dev", "block", f"{os.major(dev)}:{os.minor(dev)}")
+        name = os.path.basename(os.path.realpath(block))
+        with open(os.path.join(SYS_ROOT, "fs", "ext4", name, "journal_task")) as f:
+            return name if f.read().strip() == "<none>" else None
+    except OSError:
+        return None

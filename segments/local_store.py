@@ -73,6 +73,7 @@ from segments.local_files import (
     _xattr_etag,
     crc_etag,
     fsync_dir,
+    unjournaled_ext4,
 )
 from segments.store import (
     Buffer,
@@ -122,7 +123,16 @@ class LocalStore:
             path, _, query = url[len("file://") :].partition("?")
         if not path:
             raise ValueError(f"empty path in store URL {url!r}")
-        return cls(path, **_switches(query))
+        store = cls(path, **_switches(query))
+        if (device := unjournaled_ext4(store.root)) is not None:
+            log.warning(
+                "local store %s is on ext4 without a journal (%s): after a crash the file "
+                "system needs fsck, and a flush cycle's syncfs barriers are slow there "
+                "(docs/operations.md, Tuning)",
+                store.root,
+                device,
+            )
+        return store
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
