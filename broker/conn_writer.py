@@ -101,7 +101,7 @@ class ResponseWriter:
                 return
             # answers that are ready behind it (the produces of one flush cycle) go out in
             # the same write: one send per cycle instead of one per request
-            size = _size(bufs)
+            size, owned = _size(bufs), False
             while self._out and size < BATCH_BYTES and _ready(self._out[0][1]):
                 if self.session.failed:
                     break
@@ -110,7 +110,9 @@ class ResponseWriter:
                     self._send(bufs)
                     self.close()
                     return
-                bufs = bufs + more
+                if not owned:  # the first answer's list may be its encoder's: extend a copy
+                    bufs, owned = list(bufs), True
+                bufs.extend(more)
                 size += _size(more)
             if bufs:
                 self._send(bufs)
