@@ -238,5 +238,7 @@ def assert_exactly(records: list[tuple[int, bytes | None]], acked: dict[bytes, i
     assert offsets == list(range(len(records))), f"gaps or disorder: {offsets[:20]}"
     where = {v: o for o, v in records}
     lost = {v: o for v, o in acked.items() if where.get(v) != o}
-    assert not lost, f"{len(lost)} acknowledged records lost or moved: {list(lost.items())[:5]}"
+    # (record, acknowledged offset (-1: acknowledged without one), offset found or None)
+    seen = [(v, o, where.get(v)) for v, o in list(lost.items())[:5]]
+    assert not lost, f"{len(lost)} acknowledged records lost or moved: {seen}"
     assert len(records) == len(acked), f"{len(records)} records for {len(acked)} acknowledged"
