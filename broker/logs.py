@@ -43,12 +43,12 @@ from broker.partition import (
     RELEASING,
     PartitionLog,
     SegmentMeta,
-    last_sequence,
 )
+from broker.producer_rebuild import rebuild
 from broker.reads import Reader
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
-from segments.format import iter_segment_batches, partition_prefix
+from segments.format import partition_prefix
 from segments.store import ObjectStore, StoreError
 
 if TYPE_CHECKING:
@@ -196,6 +196,11 @@ class LogManager:
             raise KafkaProtocolError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, "metadata store unavailable"
             ) from exc
+        except StoreError as exc:
+            log.warning("taking %s-%d failed: producer state not read: %s", topic, partition, exc)
+            raise KafkaProtocolError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, "object store unavailable"
+            ) from exc
 
     async def _acquire(self, topic: str, partition: int, topic_id: uuid.UUID) -> PartitionLog:
         okey, ekey = owner_key(topic, partition), end_key(topic, partition)
@@ -259,7 +264,11 @@ class LogManager:
             epochs,
             prev.log_start,
         )
-        await self._rebuild_producers(lg)
+        try:
+            await rebuild(lg, lambda seg: self.reader.segment_data(lg, seg))
+        except StoreError:  # not serving without its producer state: give the key back
+            await self._release_key(lg)
+            raise
         self.logs[(topic, partition)] = lg
         self.metrics.ownership_acquired()
         if self.maintenance is not None:
@@ -287,25 +296,6 @@ class LogManager:
             return
         finally:
             await watch.aclose()
-
-    async def _rebuild_producers(self, lg: PartitionLog, max_segments: int = 4) -> None:
-        """Idempotent-producer state from the batch headers of the newest segments."""
-        for seg in lg.segments[-max_segments:]:
-            try:
-                data = await self.reader.segment_data(lg, seg)
-            except (StoreError, ValueError) as exc:
-                log.warning("producer state rebuild skipped a segment: %s", exc)
-                continue
-            for _pos, hdr, _view in iter_segment_batches(data):
-                if hdr.producer_id >= 0 and hdr.base_sequence >= 0:
-                    lg.producers.record(
-                        hdr.producer_id,
-                        hdr.producer_epoch,
-                        hdr.base_sequence,
-                        last_sequence(hdr.base_sequence, hdr.last_offset_delta),
-                        hdr.base_offset,
-                        None,
-                    )
 
     # -- convergence ----------------------------------------------------------------------
     def _on_membership(self) -> None:

@@ -180,12 +180,16 @@ class PartitionLog:
         rewind to the committed end so the producers' retries get fresh offsets."""
         later = self.take_pending()
         exc = _append_error(error)
+        firsts: dict[int, tuple[int, int, int]] = {}
         for p in (*pend, *later):
             if not p.future.done():
                 p.future.set_exception(exc)
                 p.future.exception()  # mark retrieved: waiters may be gone
+            h = p.header
+            if h.producer_id >= 0 and h.base_sequence >= 0 and h.producer_id not in firsts:
+                firsts[h.producer_id] = (h.producer_epoch, h.base_sequence, p.base_offset)
         self.next_offset = self.hw
-        self.producers.rollback(self.hw)
+        self.producers.rollback(self.hw, firsts)
 
     def close(self, error: ErrorCode) -> None:
         self.state = CLOSED

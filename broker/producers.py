@@ -5,16 +5,18 @@ sequence ranges with their offsets. A retried batch that matches one of them is 
 duplicate: it is acknowledged with its original offset and not appended again. A batch
 whose first sequence does not follow the last one is a gap: OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-Deviation from Kafka, on purpose: a producer id this partition has no state for (state
-lost to retention, or older than the segments scanned at takeover) is accepted at any
-sequence and tracked from there, instead of being rejected; nothing acknowledged is lost
-that way, while a rejection would make idempotent producers fail fatally after a restart.
+A producer id this partition has no state for (state lost to retention, or older than
+the segments read at takeover, ``broker.producer_rebuild``) is accepted at any sequence
+and tracked from there, as Kafka does, instead of being rejected: a rejection would make
+idempotent producers fail fatally after a restart. A failed flush never makes a producer
+unknown (``rollback``). docs/architecture.md, "Idempotent producers".
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode
@@ -118,18 +120,40 @@ class ProducerState:
 
     def last_bases(self) -> dict[int, int]:
         """producer id -> base offset of its last batch (compaction keeps that batch's
-        header, docs/format.md "Compacted segments")."""
-        return {pid: e.batches[-1].base_offset for pid, e in self._producers.items() if e.batches}
+        header, docs/format.md "Compacted segments"); a rollback floor names no batch."""
+        return {
+            pid: e.batches[-1].base_offset
+            for pid, e in self._producers.items()
+            if e.batches and e.batches[-1].base_offset >= 0
+        }
 
-    def rollback(self, from_offset: int) -> None:
-        """Forget batches at or after ``from_offset`` (their append failed)."""
-        for pid in list(self._producers):
-            entry = self._producers[pid]
+    def rollback(self, from_offset: int, firsts: Mapping[int, tuple[int, int, int]]) -> None:
+        """Forget batches at or after ``from_offset`` (their append failed), keeping each
+        producer's place: the next batch it may append is its earliest failed one.
+
+        ``firsts`` maps a producer id to (epoch, first sequence, base offset) of its
+        earliest failed batch, which may have left the last-five window. A producer whose
+        tracked batches all failed keeps a floor (a record no batch matches, ending one
+        before that sequence) instead of being forgotten: forgotten, it would be accepted
+        at any sequence, and a later batch of its window, reaching this broker before the
+        failed ones' retries, would be appended; the client would take that as proof that
+        the failed batches were stored (librdkafka acknowledges them without an offset)
+        and they would be lost."""
+        for pid, entry in self._producers.items():
+            failed = [b for b in entry.batches if b.base_offset >= from_offset]
+            first = firsts.get(pid)
+            if not failed and first is None:
+                continue
             kept = [b for b in entry.batches if b.base_offset < from_offset]
-            if len(kept) != len(entry.batches):
-                entry.batches = deque(kept, maxlen=MAX_TRACKED)
-                if not kept:
-                    del self._producers[pid]
+            if not kept:
+                earliest = min(failed, key=lambda b: b.base_offset, default=None)
+                seq = earliest.first_seq if earliest is not None else -1
+                if first is not None and first[0] == entry.epoch:
+                    if earliest is None or first[2] < earliest.base_offset:
+                        seq = first[1]
+                if seq >= 0:
+                    kept.append(BatchRecord(-1, seq - 1, -1, None))
+            entry.batches = deque(kept, maxlen=MAX_TRACKED)
 
     def __len__(self) -> int:
         return len(self._producers)

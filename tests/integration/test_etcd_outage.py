@@ -96,5 +96,6 @@ def test_etcd_stalls_and_restarts_lose_nothing(outage: tuple[ZCluster, Etcd]) ->
         check_partition(zc.backend, topic, p)
     logs = "\n".join(b.log_text() for b in zc.brokers.values())
     print(f"outage: {len(prod.acked)} records acknowledged")
+    print(f"acknowledged without an offset: {sum(o == -1 for _p, o in prod.acked.values())}")
     print(f"commits of unknown outcome: {logs.count('outcome unknown')}")
     print(f"resolved: {logs.count(' resolved: ')}; still unknown: {logs.count('still unknown')}")

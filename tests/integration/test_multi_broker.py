@@ -32,6 +32,7 @@ from protocol.records import build_batch
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 from tests.integration import kafka_raw as kr
 from tests.integration.backends import consume_all
+from tests.integration.deliveries import acked_at, missing
 from tests.integration.logcheck import Backend, check_partition
 
 pytestmark = pytest.mark.integration
@@ -136,7 +137,7 @@ class Tracker:
 
     def _cb(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:
-            self.acked[msg.value() or b""] = (msg.partition() or 0, msg.offset() or 0)
+            self.acked[msg.value() or b""] = acked_at(msg)
         else:
             self.errors.append(str(err))
 
@@ -174,13 +175,13 @@ class Tracker:
 
 def _check_all(c: Cluster, bootstrap: str, topic: str, parts: int, t: Tracker) -> None:
     got = consume_all(bootstrap, topic, parts, len(t.acked), timeout=40)
-    where = {v: (p, o) for p, recs in got.items() for o, _k, v in recs}
+    where = {v: (p, o) for p, recs in got.items() for o, _k, v in recs if v is not None}
     for p, recs in got.items():
         assert [o for o, _, _ in recs] == list(range(len(recs))), f"partition {p} has gaps"
     total = sum(len(recs) for recs in got.values())
     assert total == len(t.acked), f"{total} records for {len(t.acked)} acked: duplicates"
-    missing = {v: po for v, po in t.acked.items() if where.get(v) != po}
-    assert not missing, f"{len(missing)} acknowledged records lost or moved: {list(missing)[:5]}"
+    lost = missing(t.acked, where)
+    assert not lost, f"{len(lost)} acknowledged records lost or moved: {list(lost.items())[:5]}"
     for p in range(parts):
         check_partition(c.backend, topic, p)
 

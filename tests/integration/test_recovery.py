@@ -25,6 +25,7 @@ from segments.format import build_segment, parse_object_name, segment_key
 from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.integration import kafka_raw as kr
 from tests.integration.backends import make_backend
+from tests.integration.deliveries import acked_at, missing
 from tests.integration.logcheck import Backend, check_partition, inspect_cli, put_object
 
 pytestmark = pytest.mark.integration
@@ -96,7 +97,7 @@ class CrashLoad:
     def _cb(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:
             with self.lock:
-                self.acked[msg.value() or b""] = (msg.partition() or 0, msg.offset() or 0)
+                self.acked[msg.value() or b""] = acked_at(msg)
             if (msg.value() or b"").startswith(b"m-"):
                 self.loaded.set()
 
@@ -158,8 +159,9 @@ def _check_recovered(
         batch = build_batch([(b"after", b"restart", None)])
         res = kr.produce_raw(b.port, load.topic, part, batch)
         assert res.error_code == 0 and res.base_offset == got.high_watermark
-    lost = {v: po for v, po in load.acked.items() if found.get(v) != po}
-    assert not lost, f"seed {seed}: {len(lost)} acked records lost or moved: {list(lost)[:3]}"
+    lost = missing(load.acked, found)
+    head = list(lost.items())[:3]
+    assert not lost, f"seed {seed}: {len(lost)} acked records lost or moved: {head}"
     if idempotent:
         assert len(found) == len(load.acked)
 

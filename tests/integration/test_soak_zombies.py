@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.deliveries import acked_at
 from tests.integration.logcheck import check_partition
 from tests.integration.zombie_cluster import (
     FAST_MAINTENANCE,
@@ -61,13 +62,7 @@ class SteadyProducer:
 
     def _cb(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:
-            # an acknowledgement without an offset (librdkafka reports none) is kept as -1,
-            # an offset no record has: assert_exactly names it instead of calling it 0
-            offset = msg.offset()
-            self.acked[msg.value() or b""] = (
-                msg.partition() or 0,
-                -1 if offset is None else offset,
-            )
+            self.acked[msg.value() or b""] = acked_at(msg)
         else:
             self.errors.append(str(err))
 

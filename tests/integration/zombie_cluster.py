@@ -26,6 +26,7 @@ from protocol.records import build_batch
 from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.fixtures.s3 import create_bucket
 from tests.integration import kafka_raw as kr
+from tests.integration.deliveries import missing
 from tests.integration.logcheck import Backend
 
 LEASE_TTL = 2
@@ -233,12 +234,13 @@ def zc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZCluster]:
 
 
 def assert_exactly(records: list[tuple[int, bytes | None]], acked: dict[bytes, int]) -> None:
-    """The partition holds exactly the acknowledged records, each at its offset."""
+    """The partition holds exactly the acknowledged records, each at its offset (or
+    anywhere, for one acknowledged without an offset: tests/integration/deliveries.py)."""
     offsets = [o for o, _ in records]
     assert offsets == list(range(len(records))), f"gaps or disorder: {offsets[:20]}"
-    where = {v: o for o, v in records}
-    lost = {v: o for v, o in acked.items() if where.get(v) != o}
-    # (record, acknowledged offset (-1: acknowledged without one), offset found or None)
-    seen = [(v, o, where.get(v)) for v, o in list(lost.items())[:5]]
+    found = {v: (0, o) for o, v in records if v is not None}
+    lost = missing({v: (0, o) for v, o in acked.items()}, found)
+    seen = [(v, acked_o, at and at[1]) for v, ((_p, acked_o), at) in list(lost.items())[:5]]
+    # (record, acknowledged offset (-1: none given), offset found or None)
     assert not lost, f"{len(lost)} acknowledged records lost or moved: {seen}"
     assert len(records) == len(acked), f"{len(records)} records for {len(acked)} acknowledged"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from broker.meta.schema import SegmentMeta
 from broker.partition import PartitionLog
 from broker.producers import INT32_MAX, classify
 from protocol.batch import iter_batches, read_header, verify_crc
@@ -66,15 +67,58 @@ async def test_gaps_old_epochs_and_new_epochs() -> None:
     assert lg.next_offset == 105
 
 
-async def test_only_the_last_five_batches_are_duplicates_and_rollback_forgets() -> None:
+async def test_only_the_last_five_batches_are_duplicates() -> None:
     lg = _log()
     for i in range(6):
         _append(lg, 1, seq=i)
     assert _append(lg, 1, seq=0)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # evicted
     assert _append(lg, 1, seq=1)[:2] == (ErrorCode.NONE, 101)
-    lg.failed(lg.take_pending(), ErrorCode.KAFKA_STORAGE_ERROR)  # nothing committed
-    assert lg.next_offset == 100 and len(lg.producers) == 0
-    assert _append(lg, 1, seq=3)[:2] == (ErrorCode.NONE, 100)  # tracked afresh
+
+
+def _commit_pending(lg: PartitionLog) -> None:
+    pend = lg.take_pending()
+    last = lg.next_offset - 1
+    lg.committed(SegmentMeta(lg.hw, last, 1, last - lg.hw + 1, -1, "e"), 2, pend)
+
+
+async def test_a_failed_flush_keeps_the_producers_place_in_its_sequence() -> None:
+    """Five batches in flight (a client's whole window) fail together: the producer is
+    not forgotten. Its next batch must be the first failed one; a later one reaching the
+    broker first is out of order (accepted, it would make the client count the failed
+    ones as stored, and they would be lost)."""
+    lg = _log()
+    for i in range(3):
+        _append(lg, 2, seq=2 * i)  # sequences 0-5, committed at offsets 100-105
+    _commit_pending(lg)
+    for i in range(3, 8):
+        _append(lg, 2, seq=2 * i)  # sequences 6-15: the window, all pending
+    lg.failed(lg.take_pending(), ErrorCode.KAFKA_STORAGE_ERROR)
+    assert lg.next_offset == 106 and lg.producers.describe() == [(7, 0, 5)]
+    for seq in (8, 10, 14, 16):  # any batch after the failed first one
+        assert _append(lg, 2, seq=seq)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert _append(lg, 2, seq=6)[:2] == (ErrorCode.NONE, 106)  # the retry, in order
+    assert _append(lg, 2, seq=8)[:2] == (ErrorCode.NONE, 108)
+
+
+async def test_the_floor_comes_from_the_earliest_failed_batch_even_out_of_the_window() -> None:
+    lg = _log()
+    for i in range(7):  # seven pending: sequences 0 and 1 have left the last-five window
+        _append(lg, 1, seq=i)
+    lg.failed(lg.take_pending(), ErrorCode.KAFKA_STORAGE_ERROR)  # nothing was committed
+    assert lg.next_offset == 100 and lg.producers.describe() == [(7, 0, -1)]
+    assert _append(lg, 1, seq=2)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert _append(lg, 1, seq=0)[:2] == (ErrorCode.NONE, 100)
+    assert lg.producers.last_bases() == {7: 100}
+
+
+async def test_a_producer_first_seen_at_a_late_sequence_keeps_that_place_after_a_failure() -> None:
+    lg = _log()
+    assert _append(lg, 1, pid=8, seq=42)[:2] == (ErrorCode.NONE, 100)  # unknown: tracked
+    _append(lg, 1, pid=8, seq=43)
+    lg.failed(lg.take_pending(), ErrorCode.KAFKA_STORAGE_ERROR)
+    assert lg.producers.last_bases() == {}  # the floor names no batch to keep
+    assert _append(lg, 1, pid=8, seq=43)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert _append(lg, 1, pid=8, seq=42)[:2] == (ErrorCode.NONE, 100)
 
 
 async def test_sequence_wraps_at_int32_max() -> None:
