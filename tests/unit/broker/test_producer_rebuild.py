@@ -3,8 +3,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 from broker.meta.schema import SegmentMeta
-from broker.producer_rebuild import MAX_SEGMENTS, MIN_SEGMENTS, WINDOW_BYTES, window
+from broker.partition import PartitionLog
+from broker.producer_rebuild import (
+    CONCURRENT_READS,
+    MAX_SEGMENTS,
+    MIN_SEGMENTS,
+    READ_AHEAD_BYTES,
+    WINDOW_BYTES,
+    rebuild,
+    window,
+)
+from protocol.records import build_batch
+from segments.format import build_segment
 
 
 def _segs(sizes: list[int]) -> list[SegmentMeta]:
@@ -28,3 +42,42 @@ def test_tiny_segments_stop_at_the_count_limit_and_short_logs_are_read_whole() -
     assert window(tiny) == tiny[-MAX_SEGMENTS:]
     short = _segs([100, 200])
     assert window(short) == short and window([]) == []
+
+
+def _segment(base: int, seq: int, pad: int) -> tuple[SegmentMeta, bytes]:
+    """One batch of producer 9 (sequence ``seq``) at ``base``; ``size`` in the entry is
+    what the read-ahead counts, so it is set to ``pad``."""
+    batch = build_batch(
+        [(None, b"v", None)], base_offset=base, producer_id=9, producer_epoch=0, base_sequence=seq
+    )
+    built = build_segment(base, [memoryview(batch)])
+    data = b"".join(bytes(b) for b in built.buffers)
+    return SegmentMeta(base, base, pad, 1, -1, f"e{base}"), data
+
+
+async def test_reads_run_ahead_within_bounds_and_record_in_offset_order() -> None:
+    pads = [100] * 20 + [6 << 20] * 4 + [100] * 10  # small, large, small again
+    pairs = [_segment(i, i, pad) for i, pad in enumerate(pads)]
+    data = {seg.base: raw for seg, raw in pairs}
+    lg = PartitionLog("t", 0, uuid.uuid4(), 2, b"o", 1, len(pairs), [s for s, _ in pairs], [])
+    reading: dict[int, int] = {}  # base -> size of the reads in flight
+    peak_count = peak_bytes = 0
+    order: list[int] = []
+
+    async def load(seg: SegmentMeta) -> bytes:
+        nonlocal peak_count, peak_bytes
+        reading[seg.base] = seg.size
+        peak_count = max(peak_count, len(reading))
+        peak_bytes = max(peak_bytes, sum(reading.values()))
+        for _ in range(1 + seg.base % 3):  # finish out of order
+            await asyncio.sleep(0)
+        order.append(seg.base)
+        del reading[seg.base]
+        return data[seg.base]
+
+    await rebuild(lg, load)
+    assert sorted(order) == [s.base for s in window(lg.segments)]
+    assert order != sorted(order)  # they overlapped and finished out of order
+    assert lg.producers.describe() == [(9, 0, len(pairs) - 1)]  # the newest one last
+    assert 1 < peak_count <= CONCURRENT_READS
+    assert peak_bytes <= READ_AHEAD_BYTES
