@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
+from broker.config import BrokerConfig
 from broker.meta.schema import owner_key
 from broker.server import Broker
 from protocol.errors import ErrorCode
@@ -122,6 +123,25 @@ class UnreadableStore:
         return getattr(self.inner, name)
 
 
+async def first_owner(cfg: BrokerConfig, plain: int) -> None:
+    """A first broker writes the producer's sequences 0-1 ("a"), then ``plain`` batches
+    of another, plain producer, one segment each, and stops."""
+    first = Broker(cfg)
+    await first.start()
+    try:
+        await first.topics.create(TOPIC, 1)
+        conn = await Pipelined.open(first)
+        assert await conn.answer(conn.send(0, "a")) == (ErrorCode.NONE, 0)
+        for i in range(plain):  # one segment per round trip
+            cid = conn.send_batch(build_batch([(None, b"o%d" % i, None)]))
+            assert await conn.answer(cid) == (ErrorCode.NONE, 2 + i)
+        await conn.close()
+        lg = await first.logs.get(TOPIC, 0)
+        assert len(lg.segments) == 1 + plain
+    finally:
+        await first.stop()
+
+
 async def test_a_takeover_that_cannot_read_the_producer_state_does_not_serve(
     tmp_path: Path,
 ) -> None:
@@ -129,15 +149,7 @@ async def test_a_takeover_that_cannot_read_the_producer_state_does_not_serve(
     and gives the partition back, instead of serving with the producer unknown (which
     would append a retried batch a second time)."""
     cfg = local_config(tmp_path)
-    first = Broker(cfg)
-    await first.start()
-    try:
-        await first.topics.create(TOPIC, 1)
-        conn = await Pipelined.open(first)
-        assert await conn.answer(conn.send(0, "a")) == (ErrorCode.NONE, 0)
-        await conn.close()
-    finally:
-        await first.stop()
+    await first_owner(cfg, 0)
     node = Broker(cfg)
     await node.start()
     store = UnreadableStore(node.logs.store)
@@ -164,20 +176,7 @@ async def test_a_producer_behind_several_small_segments_is_still_known(tmp_path:
     producers' flush cycles since): a later batch of its window is refused as out of
     order instead of being accepted at any sequence."""
     cfg = local_config(tmp_path)
-    first = Broker(cfg)
-    await first.start()
-    try:
-        await first.topics.create(TOPIC, 1)
-        conn = await Pipelined.open(first)
-        assert await conn.answer(conn.send(0, "a")) == (ErrorCode.NONE, 0)
-        for i in range(6):  # another, plain producer: one segment per round trip
-            cid = conn.send_batch(build_batch([(None, b"o%d" % i, None)]))
-            assert await conn.answer(cid) == (ErrorCode.NONE, 2 + i)
-        await conn.close()
-        lg = await first.logs.get(TOPIC, 0)
-        assert len(lg.segments) == 7
-    finally:
-        await first.stop()
+    await first_owner(cfg, 6)
     node = Broker(cfg)
     await node.start()
     conn = await Pipelined.open(node)
