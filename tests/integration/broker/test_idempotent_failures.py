@@ -15,6 +15,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaError, Message, Producer
 from kafka.protocol.producer import ProduceResponse
 
 from broker.config import BrokerConfig
@@ -23,9 +24,11 @@ from broker.server import Broker
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
 from segments.store import Buffer, ObjectStore, StoreError
+from tests.fixtures.broker import free_port
 from tests.fixtures.inprocess import local_config
 from tests.integration import kafka_raw as kr
 from tests.integration.broker.test_flush_pipeline import TOPIC, gate, node, values
+from tests.integration.deliveries import acked_at, missing
 
 __all__ = ["node"]  # the fixture, shared with the pipeline tests
 
@@ -188,3 +191,64 @@ async def test_a_producer_behind_several_small_segments_is_still_known(tmp_path:
     finally:
         await conn.close()
         await node.stop()
+
+
+async def test_librdkafka_retries_a_failed_window_and_loses_nothing(tmp_path: Path) -> None:
+    """A real idempotent librdkafka producer with its window of five requests in flight
+    when the flush under them fails: it retries, and every record it was told was
+    delivered is stored once, in order, where its report said (or anywhere, for one
+    reported without an offset)."""
+    port = free_port()  # advertised to the client in Metadata
+    node = Broker(local_config(tmp_path, listen_port=port, advertised_port=port))
+    await node.start()
+    try:
+        await node.topics.create(TOPIC, 1)
+        await _window_fails(node)
+    finally:
+        node.logs.store = getattr(node.logs.store, "inner", node.logs.store)
+        await node.stop()
+
+
+async def _window_fails(node: Broker) -> None:
+    store = gate(node, 0, fail=True)
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[str] = []
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            acked[msg.value() or b""] = acked_at(msg)
+        else:
+            errors.append(str(err))
+
+    p = Producer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{node.port}",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 0,
+            "batch.num.messages": 1,  # one request per record: a window of five in flight
+            "retry.backoff.ms": 50,
+            "log_level": 0,
+        }
+    )
+    try:
+        for i in range(40):
+            p.produce(TOPIC, value=b"m-%d" % i, partition=0, on_delivery=report)
+        p.poll(0)
+        lg = await node.logs.get(TOPIC, 0)
+        async with asyncio.timeout(60):
+            await store.entered.wait()
+            while lg.next_offset < 5:  # the client's whole window is appended
+                await asyncio.sleep(0.01)
+        store.held = None  # later PUTs succeed
+        store.release.set()  # the held one fails
+        assert await asyncio.to_thread(p.flush, 60) == 0
+    finally:  # the client's teardown waits on this event loop's broker: off the loop
+        store.release.set()
+        await asyncio.to_thread(p.purge)
+        await asyncio.to_thread(p.flush, 5)
+    assert not errors, errors[:3]
+    got = await values(node, lg)
+    assert got == [b"m-%d" % i for i in range(40)]  # once each, in order
+    found = {v: (0, o) for o, v in enumerate(got)}
+    assert len(acked) == 40 and not missing(acked, found)
