@@ -179,6 +179,8 @@ class Flusher:
             await self.cycle(jobs, prev)
         except Exception:  # never let a failed cycle go unlogged
             log.exception("flush cycle failed")
+            if prev is not None:  # failing rewinds to hw: the previous cycle may move it
+                await asyncio.wait([prev])
             for lg, pend in jobs:  # nothing may wait forever on a cycle that died
                 lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
         finally:

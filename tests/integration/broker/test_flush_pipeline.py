@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,3 +208,47 @@ async def test_flush_when_idle_false_batches_by_time_only(tmp_path: Path) -> Non
         assert await manifest_bases(b) == [0]
     finally:
         await b.stop()
+
+
+async def test_a_cycle_that_dies_waits_for_the_one_before_it(node: Broker) -> None:
+    """A cycle that dies of an unexpected error while the previous one is still in its
+    PUT fails only its own batches, after the previous one committed: the log rewinds to
+    the right end, and an idempotent producer's retry continues where it left off."""
+    store = gate(node, 0)  # cycle 1's PUT waits, then succeeds
+    lg = await node.logs.get(TOPIC, 0)
+    a = append_seq(node, lg, 0)
+    await store.entered.wait()
+    flusher = node.logs.flusher
+    upload_all = flusher._upload_all  # noqa: SLF001
+
+    async def dies(jobs: Any) -> Any:
+        flusher._upload_all = upload_all  # type: ignore[method-assign]  # noqa: SLF001
+        raise RuntimeError("injected: a bug in the cycle")
+
+    flusher._upload_all = dies  # type: ignore[method-assign]  # noqa: SLF001
+    b = append_seq(node, lg, 2)
+    async with asyncio.timeout(30):
+        while flusher._upload_all is dies:  # noqa: SLF001  # cycle 2 started and died
+            await asyncio.sleep(0.01)
+    store.release.set()
+    assert a.done is not None and b.done is not None
+    await a.done
+    with pytest.raises(AppendError):
+        await b.done
+    assert lg.hw == 2 and lg.next_offset == 2
+    retry = append_seq(node, lg, 2)
+    assert retry.base_offset == 2 and retry.done is not None
+    await retry.done
+    assert await manifest_bases(node) == [0, 2]
+
+
+def append_seq(b: Broker, lg: PartitionLog, seq: int) -> AppendResult:
+    """Two records of idempotent producer 77 from sequence ``seq``."""
+    recs: list[RecordInput] = [(None, b"s%d" % (seq + j), []) for j in range(2)]
+    view = memoryview(
+        bytearray(build_batch(recs, producer_id=77, producer_epoch=0, base_sequence=seq))
+    )
+    res = lg.append(read_header(view), view)
+    assert res.error == ErrorCode.NONE and res.done is not None, res
+    b.logs.appended(lg, len(view))
+    return res
