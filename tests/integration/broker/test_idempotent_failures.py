@@ -29,10 +29,12 @@ from tests.fixtures.inprocess import local_config
 from tests.integration import kafka_raw as kr
 from tests.integration.broker.test_flush_pipeline import TOPIC, gate, node, values
 from tests.integration.deliveries import acked_at, missing
+from tests.integration.test_java_client import java_libs
 
 __all__ = ["node"]  # the fixture, shared with the pipeline tests
 
 PID, EPOCH = 4242, 0
+JAVA_SOURCE = Path(__file__).parents[1] / "java" / "IdempotentWindow.java"
 
 
 class Pipelined:
@@ -252,3 +254,52 @@ async def _window_fails(node: Broker) -> None:
     assert got == [b"m-%d" % i for i in range(40)]  # once each, in order
     found = {v: (0, o) for o, v in enumerate(got)}
     assert len(acked) == 40 and not missing(acked, found)
+
+
+async def test_the_java_client_retries_a_failed_window_and_loses_nothing(tmp_path: Path) -> None:
+    """The same with kafka-clients 4.x (idempotent by default, five requests in flight,
+    a few records per request): the batches behind the failed one are refused or fail
+    and are retried, none is lost, duplicated or reported failed."""
+    libs = java_libs()
+    clients = next(iter(libs.glob("kafka-clients-4.*.jar")))
+    classes = tmp_path / "classes"
+    javac = await asyncio.create_subprocess_exec(
+        "javac", "-d", str(classes), "-cp", str(clients), str(JAVA_SOURCE)
+    )
+    assert await asyncio.wait_for(javac.wait(), 120) == 0
+    port = free_port()
+    node = Broker(local_config(tmp_path / "b", listen_port=port, advertised_port=port))
+    await node.start()
+    store = gate(node, 0, fail=True)
+    try:
+        await node.topics.create(TOPIC, 1)
+        lg = await node.logs.get(TOPIC, 0)
+        java = await asyncio.create_subprocess_exec(
+            "java", "-cp", f"{classes}:{libs}/*", "IdempotentWindow", f"127.0.0.1:{port}",
+            TOPIC, "200", stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(120):
+                await store.entered.wait()
+                while lg.next_offset < 6:  # more requests of the window behind the held PUT
+                    await asyncio.sleep(0.01)
+            store.held = None
+            store.release.set()  # the held PUT fails
+            out, _ = await asyncio.wait_for(java.communicate(), 180)
+        finally:
+            if java.returncode is None:
+                java.kill()
+                await java.wait()
+        lines = out.decode().splitlines()
+        assert "done=true" in lines and java.returncode == 0
+        assert not [ln for ln in lines if ln.startswith("err ")]
+        acked = {
+            f[1].encode(): (0, int(f[2])) for f in (ln.split() for ln in lines) if f[0] == "ack"
+        }
+        got = [v.split(b" ")[0] for v in await values(node, lg)]
+        assert got == [b"m-%d" % i for i in range(200)]  # once each, in order
+        assert not missing(acked, {v: (0, o) for o, v in enumerate(got)}) and len(acked) == 200
+    finally:
+        store.release.set()
+        node.logs.store = store.inner
+        await node.stop()
