@@ -20,6 +20,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.commit import Committer
@@ -46,6 +48,7 @@ from broker.partition import (
 )
 from broker.producer_rebuild import rebuild
 from broker.reads import Reader
+from broker.segment_loader import Piece
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
 from segments.format import partition_prefix
@@ -265,7 +268,9 @@ class LogManager:
             prev.log_start,
         )
         try:
-            await rebuild(lg, lambda seg: self.reader.segment_data(lg, seg))
+            await rebuild(
+                lg, partial(self.reader.segment_data, lg, shared=True), partial(self._ahead, lg)
+            )
         except StoreError:  # not serving without its producer state: give the key back
             await self._release_key(lg)
             raise
@@ -284,6 +289,10 @@ class LogManager:
         if not self.cluster.owns_partition(topic, partition):
             self._reconcile.set()  # membership moved while we took it: hand it on
         return lg
+
+    def _ahead(self, lg: PartitionLog, segs: Sequence[SegmentMeta]) -> None:
+        """Load ``segs`` in the background as the read path does (bounded per broker)."""
+        self.reader.loader.readahead(Piece.whole(self.object_key(lg, s), s) for s in segs)
 
     async def _wait_deleted(self, key: str, revision: int, timeout: float) -> None:
         watch = self.meta.watch(key, start_revision=revision + 1)

@@ -15,9 +15,7 @@ skipped with a warning, as reading it again would not help.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 from broker.meta.schema import SegmentMeta
@@ -30,8 +28,6 @@ log = logging.getLogger(__name__)
 MIN_SEGMENTS = 4
 WINDOW_BYTES = 16 << 20
 MAX_SEGMENTS = 64
-CONCURRENT_READS = 8
-READ_AHEAD_BYTES = 16 << 20
 
 
 def window(segments: Sequence[SegmentMeta]) -> list[SegmentMeta]:
@@ -49,52 +45,31 @@ def window(segments: Sequence[SegmentMeta]) -> list[SegmentMeta]:
     return picked
 
 
-async def rebuild(lg: PartitionLog, load: Callable[[SegmentMeta], Awaitable[Buffer]]) -> None:
+async def rebuild(
+    lg: PartitionLog,
+    load: Callable[[SegmentMeta], Awaitable[Buffer]],
+    ahead: Callable[[Sequence[SegmentMeta]], object],
+) -> None:
     """Record every idempotent batch of the window in ``lg.producers``, in offset order.
-    Reads run ahead of the records by up to ``CONCURRENT_READS`` segments and
-    ``READ_AHEAD_BYTES`` (at least one segment), so many small segments cost few round
-    trips and large ones are held a few at a time. Raises the store's error when a
-    segment cannot be read now."""
+    ``load`` reads one segment (joining a load in flight); before each, ``ahead`` is
+    given the rest of the window, for the read path's readahead (``LogManager``: the
+    segment loader's, bounded per broker), so many small segments cost few round trips.
+    Raises the store's error when a segment cannot be read now."""
     segs = window(lg.segments)
-    ahead: deque[tuple[int, asyncio.Task[Buffer | None]]] = deque()
-    nxt = held = 0
-    try:
-        while nxt < len(segs) or ahead:
-            while nxt < len(segs) and len(ahead) < CONCURRENT_READS:
-                size = segs[nxt].size
-                if ahead and held + size > READ_AHEAD_BYTES:
-                    break
-                ahead.append((size, asyncio.create_task(_read(load, segs[nxt]))))
-                held += size
-                nxt += 1
-            size, task = ahead.popleft()
-            data = await task
-            held -= size
-            if data is not None:
-                _record(lg, data)
-    finally:
-        for _size, task in ahead:
-            task.cancel()
-
-
-async def _read(
-    load: Callable[[SegmentMeta], Awaitable[Buffer]], seg: SegmentMeta
-) -> Buffer | None:
-    try:
-        return await load(seg)
-    except (ObjectNotFoundError, ValueError) as exc:
-        log.warning("producer state rebuild skipped a segment: %s", exc)
-        return None
-
-
-def _record(lg: PartitionLog, data: Buffer) -> None:
-    for _pos, hdr, _view in iter_segment_batches(data):
-        if hdr.producer_id >= 0 and hdr.base_sequence >= 0:
-            lg.producers.record(
-                hdr.producer_id,
-                hdr.producer_epoch,
-                hdr.base_sequence,
-                last_sequence(hdr.base_sequence, hdr.last_offset_delta),
-                hdr.base_offset,
-                None,
-            )
+    for i, seg in enumerate(segs):
+        ahead(segs[i + 1 :])
+        try:
+            data = await load(seg)
+        except (ObjectNotFoundError, ValueError) as exc:
+            log.warning("producer state rebuild skipped a segment: %s", exc)
+            continue
+        for _pos, hdr, _view in iter_segment_batches(data):
+            if hdr.producer_id >= 0 and hdr.base_sequence >= 0:
+                lg.producers.record(
+                    hdr.producer_id,
+                    hdr.producer_epoch,
+                    hdr.base_sequence,
+                    last_sequence(hdr.base_sequence, hdr.last_offset_delta),
+                    hdr.base_offset,
+                    None,
+                )

@@ -9,10 +9,8 @@ import uuid
 from broker.meta.schema import SegmentMeta
 from broker.partition import PartitionLog
 from broker.producer_rebuild import (
-    CONCURRENT_READS,
     MAX_SEGMENTS,
     MIN_SEGMENTS,
-    READ_AHEAD_BYTES,
     WINDOW_BYTES,
     rebuild,
     window,
@@ -55,29 +53,21 @@ def _segment(base: int, seq: int, pad: int) -> tuple[SegmentMeta, bytes]:
     return SegmentMeta(base, base, pad, 1, -1, f"e{base}"), data
 
 
-async def test_reads_run_ahead_within_bounds_and_record_in_offset_order() -> None:
+async def test_the_rest_of_the_window_is_read_ahead_and_records_go_in_offset_order() -> None:
     pads = [100] * 20 + [6 << 20] * 4 + [100] * 10  # small, large, small again
     pairs = [_segment(i, i, pad) for i, pad in enumerate(pads)]
     data = {seg.base: raw for seg, raw in pairs}
     lg = PartitionLog("t", 0, uuid.uuid4(), 2, b"o", 1, len(pairs), [s for s, _ in pairs], [])
-    reading: dict[int, int] = {}  # base -> size of the reads in flight
-    peak_count = peak_bytes = 0
-    order: list[int] = []
+    asked: list[list[int]] = []  # what was handed to the readahead before each load
+    loaded: list[int] = []
 
     async def load(seg: SegmentMeta) -> bytes:
-        nonlocal peak_count, peak_bytes
-        reading[seg.base] = seg.size
-        peak_count = max(peak_count, len(reading))
-        peak_bytes = max(peak_bytes, sum(reading.values()))
-        for _ in range(1 + seg.base % 3):  # finish out of order
-            await asyncio.sleep(0)
-        order.append(seg.base)
-        del reading[seg.base]
+        loaded.append(seg.base)
+        await asyncio.sleep(0)
         return data[seg.base]
 
-    await rebuild(lg, load)
-    assert sorted(order) == [s.base for s in window(lg.segments)]
-    assert order != sorted(order)  # they overlapped and finished out of order
+    await rebuild(lg, load, lambda segs: asked.append([s.base for s in segs]))
+    picked = [s.base for s in window(lg.segments)]
+    assert loaded == picked  # each once, oldest first
+    assert asked == [picked[i + 1 :] for i in range(len(picked))]
     assert lg.producers.describe() == [(9, 0, len(pairs) - 1)]  # the newest one last
-    assert 1 < peak_count <= CONCURRENT_READS
-    assert peak_bytes <= READ_AHEAD_BYTES
