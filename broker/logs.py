@@ -38,6 +38,7 @@ from broker.meta.schema import (
     owner_broker,
     owner_key,
     owner_value,
+    producers_key,
     segments_prefix,
 )
 from broker.partition import (
@@ -249,6 +250,7 @@ class LogManager:
                 Put(epoch_key(topic, partition, epoch), str(prev.next_offset).encode()),
                 Get(segments_prefix(topic, partition), True),
                 Get(epochs_prefix(topic, partition), True),
+                Get(producers_key(topic, partition)),
             ],
         )
         if not res.succeeded:
@@ -267,9 +269,13 @@ class LogManager:
             epochs,
             prev.log_start,
         )
+        snap = res.gets[2][0].value if res.gets[2] else None
         try:
             await rebuild(
-                lg, partial(self.reader.segment_data, lg, shared=True), partial(self._ahead, lg)
+                lg,
+                partial(self.reader.segment_data, lg, shared=True),
+                partial(self._ahead, lg),
+                snap,
             )
         except StoreError:  # not serving without its producer state: give the key back
             await self._release_key(lg)

@@ -12,7 +12,8 @@ maintenance task runs between flush cycles, on the event loop, and:
 - enforces ``retention.ms`` / ``retention.bytes`` by dropping whole segments from the
   head of the log (never the last one);
 - advances the log start for DeleteRecords (``delete_records``), which may lie inside a
-  segment: the end key keeps it (``log_start``).
+  segment: the end key keeps it (``log_start``);
+- writes the partition's producer snapshot when one is due (``broker.producer_snapshot``).
 
 Every transaction goes through the ``Committer`` (``broker.commit``): under its lock (so
 it never races a flush commit), guarded like a flush commit, with an unknown outcome
@@ -33,7 +34,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker import faults
+from broker import faults, producer_snapshot
 from broker.commit import Outcome
 from broker.compaction import Compactor
 from broker.deletion import ObjectDeleter
@@ -191,6 +192,8 @@ class Maintenance:
             await self.merge_partition(lg)
         if self._current(lg):
             await self.compactor.maybe_compact(lg)
+        if self._current(lg) and producer_snapshot.due(lg):
+            await producer_snapshot.write(self.logs.meta, lg)
 
     def _may_run(self, lg: PartitionLog, now: float) -> bool:
         failure = self._failures.get((lg.topic, lg.partition))

@@ -73,6 +73,7 @@ class PartitionLog:
         "epochs",
         "object_seq",
         "txns",
+        "snapshot_upto",
     )
 
     def __init__(
@@ -111,6 +112,9 @@ class PartitionLog:
         self.epochs = epochs  # [(epoch, start_offset)] ascending
         self.object_seq = 0  # numbers this owner's objects: names are never reused
         self.txns: PartitionTxns | None = None  # broker.txn_partition, loaded on first use
+        # offset of the persisted producer snapshot (broker.producer_snapshot); -1 none,
+        # -2 one that must be rewritten
+        self.snapshot_upto = -1
 
     def new_object_name(self, base: int, last: int) -> str:
         """A writer-unique object name for a segment this owner writes (docs/format.md)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode
@@ -154,6 +154,33 @@ class ProducerState:
                 if seq >= 0:
                     kept.append(BatchRecord(-1, seq - 1, -1, None))
             entry.batches = deque(kept, maxlen=MAX_TRACKED)
+
+    def snapshot(self, upto: int, limit: int) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, base offset) of each producer's last batch
+        below ``upto`` (committed; a rollback floor counts, base -1), for a persisted
+        snapshot (``broker.producer_snapshot``): at most ``limit``, floors first, then the
+        most recently written."""
+        out = []
+        for pid, entry in self._producers.items():
+            last = None
+            for rec in entry.batches:
+                if rec.base_offset < upto:
+                    last = rec
+            if last is not None:
+                out.append((pid, entry.epoch, last.last_seq, last.base_offset))
+        if len(out) > limit:
+            out.sort(key=lambda e: e[3] if e[3] >= 0 else upto, reverse=True)
+            del out[limit:]
+        return out
+
+    def restore(self, entries: Iterable[tuple[int, int, int, int]]) -> None:
+        """Track each (producer id, epoch, last sequence, base offset) as a producer's last
+        batch: its next batch must follow that sequence (its first sequence is unknown,
+        so a retry of that batch is not matched as a duplicate)."""
+        for pid, epoch, last_seq, base in entries:
+            entry = ProducerEntry(epoch)
+            entry.batches.append(BatchRecord(-1, last_seq, base, None))
+            self._producers[pid] = entry
 
     def __len__(self) -> int:
         return len(self._producers)

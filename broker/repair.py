@@ -18,8 +18,10 @@ metadata store and the object store:
    be a batch boundary.
 3. One transaction, comparing the owner key (our value) and the end key's revision,
    deletes the manifest entries at or after OFFSET (and the epochs that start after it),
-   puts the rewritten entry, puts the end key ``next_offset = OFFSET`` and deletes the
-   owner key. The next owner continues at OFFSET with a new epoch.
+   puts the rewritten entry, puts the end key ``next_offset = OFFSET``, and deletes the
+   producer snapshot (it may name batches cut off; the next owner rebuilds the producers
+   from the newest segments) and the owner key. The next owner continues at OFFSET with
+   a new epoch.
 4. The objects no entry names any more are left to the next owner's sweep, which deletes
    them one grace period later (docs/format.md, "Deleting objects"): nothing deletes an
    object a reader may still hold.
@@ -40,7 +42,14 @@ from dataclasses import dataclass
 from broker.cli import EnvParser
 from broker.logfmt import FORMATS, setup_logging
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_meta
-from broker.meta.schema import SegmentMeta, TopicInfo, end_json, owner_value, topic_key
+from broker.meta.schema import (
+    SegmentMeta,
+    TopicInfo,
+    end_json,
+    owner_value,
+    producers_key,
+    topic_key,
+)
 from segments.format import (
     build_segment,
     iter_segment_batches,
@@ -223,6 +232,7 @@ async def truncate(
         ops += [
             Put(ours, str(offset).encode()),
             Put(f"{t.logs}/end", end_json(offset, epoch, p.log_start)),
+            Delete(producers_key(t.topic, t.partition)),  # may name batches cut off
             Delete(t.owner),
         ]
         res = await meta.txn(

@@ -10,6 +10,7 @@ build and parse metadata keys and values here and nowhere else.
     /logs/{topic}/{p}/end                  -> EndValue
     /logs/{topic}/{p}/segments/{base:020d} -> SegmentMeta (a manifest entry)
     /logs/{topic}/{p}/epochs/{epoch:010d}  -> start offset of that leader epoch
+    /logs/{topic}/{p}/producers            -> ProducerSnapshot (idempotent producers)
     /groups/{group, quoted}/state          -> groupcoord.GroupRecord
     /groups/{group, quoted}/consumer       -> groupcoord.consumer_model.ConsumerGroupState
     /groups/{group, quoted}/offsets/{t}/{p}-> groupcoord.OffsetRecord
@@ -29,6 +30,7 @@ build and parse metadata keys and values here and nowhere else.
 from __future__ import annotations
 
 import json
+import struct
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -278,6 +280,43 @@ class SegmentMeta:
             tuple((int(o), int(t)) for o, t in d.get("cleaned", ())),
             int(d.get("version", 0)),
         )
+
+
+def producers_key(topic: str, partition: int) -> str:
+    return f"/logs/{topic}/{partition}/producers"
+
+
+_SNAP_MAGIC = b"KPS1"
+_SNAP_HEAD = struct.Struct(">4sqI")
+_SNAP_ENTRY = struct.Struct(">qhiq")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSnapshot:
+    """``/logs/{t}/{p}/producers``: the idempotent producers of a partition as of offset
+    ``upto`` (every batch below it committed), each as (producer id, epoch, last
+    sequence, base offset of that last batch; -1 for a rollback floor). Binary: magic
+    ``KPS1``, ``upto`` (int64), a count (uint32), then 22 bytes per producer, big-endian
+    (docs/format.md, "Producer snapshots")."""
+
+    upto: int
+    producers: tuple[tuple[int, int, int, int], ...]
+
+    def encode(self) -> bytes:
+        out = bytearray(_SNAP_HEAD.pack(_SNAP_MAGIC, self.upto, len(self.producers)))
+        for entry in self.producers:
+            out += _SNAP_ENTRY.pack(*entry)
+        return bytes(out)
+
+    @classmethod
+    def decode(cls, value: bytes) -> ProducerSnapshot:
+        """Raises ValueError for anything but a whole snapshot."""
+        if len(value) < _SNAP_HEAD.size:
+            raise ValueError("producer snapshot too short")
+        magic, upto, n = _SNAP_HEAD.unpack_from(value)
+        if magic != _SNAP_MAGIC or len(value) != _SNAP_HEAD.size + n * _SNAP_ENTRY.size:
+            raise ValueError("not a producer snapshot")
+        return cls(upto, tuple(_SNAP_ENTRY.iter_unpack(memoryview(value)[_SNAP_HEAD.size :])))
 
 
 # ---------------------------------------------------------------------------- security

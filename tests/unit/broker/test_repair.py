@@ -13,6 +13,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.meta.base import open_meta
+from broker.meta.schema import ProducerSnapshot, producers_key
 from broker.partition import PartitionLog
 from broker.repair import RepairError, Target, main, truncate
 from broker.server import Broker
@@ -84,9 +85,12 @@ async def test_truncate_cuts_back_to_a_batch_boundary(tmp_path: Path) -> None:
             await truncate(meta, store, t, 3, execute=True)
         with pytest.raises(RepairError, match="outside the log"):
             await truncate(meta, store, t, 9, execute=True)
+        # a producer snapshot of the log before the cut would name batches cut off
+        await meta.put(producers_key(TOPIC, 0), ProducerSnapshot(8, ((7, 0, 1, 6),)).encode())
         done = await truncate(meta, store, t, 4, execute=True)
         assert done[-1].endswith("now ends at 4")
         assert await meta.get(f"/owners/{TOPIC}/0") is None
+        assert await meta.get(producers_key(TOPIC, 0)) is None
     finally:
         await store.close()
         await meta.close()

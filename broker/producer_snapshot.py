@@ -1,0 +1,63 @@
+"""Persisted producer snapshots: the owner's maintenance writes the idempotent-producer
+state of a partition to ``/logs/{t}/{p}/producers`` (docs/format.md, "Producer
+snapshots"), so that a new owner knows every producer, not only those of the newest
+segments (``broker.producer_rebuild``; docs/architecture.md, "Idempotent producers").
+
+A snapshot holds, per producer, its last batch below the snapshot's offset (the high
+watermark when it was taken: committed batches only). It is written when none is
+stored yet and the partition has producers, when the stored one could not be used at
+takeover, and when the segments after it reach ``SNAPSHOT_BYTES`` or ``SNAPSHOT_SEGMENTS``,
+so a takeover replays about that much. The put is guarded by the owner value alone: a
+zombie's put fails, and any snapshot that lands is true of the log, so an outcome the
+metadata store could not confirm needs no resolution (the next pass writes again).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+
+from broker.commit import Committer
+from broker.meta.base import MetaStore, Put
+from broker.meta.schema import ProducerSnapshot, producers_key
+from broker.partition import PartitionLog
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_BYTES = 8 << 20
+SNAPSHOT_SEGMENTS = 32
+SNAPSHOT_LIMIT = 4096  # producers per snapshot (the most recently written kept)
+
+
+def due(lg: PartitionLog) -> bool:
+    """Whether ``lg`` needs a new snapshot."""
+    upto = lg.snapshot_upto
+    if upto == -2:
+        return True
+    if upto == -1:
+        return len(lg.producers) > 0 and lg.hw > 0
+    if lg.hw <= upto:
+        return False
+    first = max(bisect.bisect_right(lg.bases, upto) - 1, 0)
+    since = [s for s in lg.segments[first:] if s.last >= upto]
+    return len(since) >= SNAPSHOT_SEGMENTS or sum(s.size for s in since) >= SNAPSHOT_BYTES
+
+
+async def write(meta: MetaStore, lg: PartitionLog) -> bool:
+    """Write ``lg``'s snapshot at its high watermark; False when the owner guard failed
+    (another owner has the partition). A store error propagates."""
+    upto = lg.hw
+    snap = ProducerSnapshot(upto, tuple(lg.producers.snapshot(upto, SNAPSHOT_LIMIT)))
+    res = await meta.txn(
+        [Committer.owner_guard(lg)], [Put(producers_key(lg.topic, lg.partition), snap.encode())]
+    )
+    if res.succeeded:
+        lg.snapshot_upto = upto
+        log.debug(
+            "producer snapshot of %s-%d at %d (%d producers)",
+            lg.topic,
+            lg.partition,
+            upto,
+            len(snap.producers),
+        )
+    return res.succeeded

@@ -1,0 +1,99 @@
+"""Persisted producer snapshots (broker.producer_snapshot): a new owner knows an
+idempotent producer however many segments other producers have written since its last
+batch, so a later batch of its window reaching the new owner first is refused as out of
+order instead of being accepted at any sequence (which would lose the batches before it:
+the client takes a later batch's success as proof that they were stored).
+
+In-process brokers over a real local-directory store and a real metadata store (the
+embedded one, and a real etcd process); the client is a raw TCP connection sending
+Produce requests (tests/integration/broker/test_idempotent_failures.py)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.meta.schema import ProducerSnapshot, producers_key
+from broker.partition import PartitionLog
+from broker.producer_rebuild import MAX_SEGMENTS
+from broker.server import Broker
+from protocol.batch import iter_batches
+from protocol.errors import ErrorCode
+from protocol.records import build_batch, decode_batch
+from tests.fixtures.inprocess import local_config
+from tests.integration.broker.test_flush_pipeline import TOPIC
+from tests.integration.broker.test_idempotent_failures import Pipelined
+
+PLAIN = MAX_SEGMENTS + 6  # one segment each: the producer's batch leaves the window
+
+
+@pytest.fixture(params=["embedded", "etcd"])
+def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
+    if request.param == "embedded":
+        return local_config(tmp_path)
+    return local_config(
+        tmp_path,
+        meta_url=request.getfixturevalue("etcd_url"),
+        meta_prefix=f"/snap-{uuid.uuid4().hex[:8]}",
+    )
+
+
+async def _stored(b: Broker) -> ProducerSnapshot:
+    kv = await b.meta.get(producers_key(TOPIC, 0))
+    assert kv is not None
+    return ProducerSnapshot.decode(kv.value)
+
+
+async def test_a_producer_far_behind_the_newest_segments_is_known_to_the_new_owner(
+    cfg: BrokerConfig,
+) -> None:
+    first = Broker(cfg)
+    await first.start()
+    try:
+        await first.topics.create(TOPIC, 1)
+        conn = await Pipelined.open(first)
+        assert await conn.answer(conn.send(0, "a")) == (ErrorCode.NONE, 0)  # sequences 0-1
+        maintenance = first.logs.maintenance
+        assert maintenance is not None
+        await maintenance.run_once()
+        assert await _stored(first) == ProducerSnapshot(2, ((4242, 0, 1, 0),))
+        for i in range(PLAIN):  # another, plain producer: one segment per round trip
+            cid = conn.send_batch(build_batch([(None, b"o%d" % i, None)]))
+            assert await conn.answer(cid) == (ErrorCode.NONE, 2 + i)
+        await conn.close()
+        await maintenance.run_once()  # PLAIN segments since the last one: written again
+        assert await _stored(first) == ProducerSnapshot(2 + PLAIN, ((4242, 0, 1, 0),))
+    finally:
+        await first.stop()
+    node = Broker(cfg)
+    await node.start()
+    conn = await Pipelined.open(node)
+    end = 2 + PLAIN
+    try:
+        # sequences 2-3 went astray with the old owner; 4-5 reach the new one first
+        assert (await conn.answer(conn.send(4, "c")))[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert await conn.answer(conn.send(2, "b")) == (ErrorCode.NONE, end)
+        assert await conn.answer(conn.send(4, "c")) == (ErrorCode.NONE, end + 2)
+        assert await conn.answer(conn.send(4, "c")) == (ErrorCode.NONE, end + 2)  # a retry
+        lg = await node.logs.get(TOPIC, 0)
+        assert await values_from(node, lg, end) == [b"b-0", b"b-1", b"c-0", b"c-1"]
+    finally:
+        await conn.close()
+        await node.stop()
+
+
+async def values_from(b: Broker, lg: PartitionLog, offset: int) -> list[bytes]:
+    """Every record value from ``offset`` to the committed end."""
+    out: list[bytes] = []
+    while offset < lg.hw:
+        views = await b.logs.read(lg, offset, 1 << 20)
+        assert views, f"nothing read at {offset}"
+        for view in views:
+            for hdr, bv in iter_batches(view):
+                if hdr.base_offset >= offset:
+                    out += [r.value for r in decode_batch(bv)[1] if r.value is not None]
+                    offset = hdr.base_offset + hdr.last_offset_delta + 1
+    return out
