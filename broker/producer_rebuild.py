@@ -106,9 +106,9 @@ async def rebuild(
         lg.snapshot_upto = -2
     else:
         start = lg.snapshot_upto = snap.upto
-        keep_floors = snap.upto >= lg.log_start
+        floors = snap.upto >= lg.log_start  # a floor's producer may be past the start
         lg.producers.restore(
-            e for e in snap.producers if e[3] >= lg.log_start or (e[3] < 0 and keep_floors)
+            p for p in snap.producers if p[2][-1][2] >= lg.log_start or (p[2][-1][2] < 0 and floors)
         )
     if segs is None:
         segs = window(lg.segments)

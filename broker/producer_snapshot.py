@@ -3,13 +3,15 @@ state of a partition to ``/logs/{t}/{p}/producers`` (docs/format.md, "Producer
 snapshots"), so that a new owner knows every producer, not only those of the newest
 segments (``broker.producer_rebuild``; docs/architecture.md, "Idempotent producers").
 
-A snapshot holds, per producer, its last batch below the snapshot's offset (the high
-watermark when it was taken: committed batches only). It is written when none is
-stored yet and the partition has producers, when the stored one could not be used at
-takeover, and when the segments after it reach ``SNAPSHOT_BYTES`` or ``SNAPSHOT_SEGMENTS``,
-so a takeover replays about that much. The put is guarded by the owner value alone: a
-zombie's put fails, and any snapshot that lands is true of the log, so an outcome the
-metadata store could not confirm needs no resolution (the next pass writes again).
+A snapshot holds, per producer, its tracked batches (up to five, as the owner keeps them)
+below the snapshot's offset (the high watermark when it was taken: committed batches
+only), so a retry of any of them is still recognised as a duplicate after a move. It is
+written when none is stored yet and the partition has producers, when the stored one
+could not be used at takeover, and when the segments after it reach ``SNAPSHOT_BYTES``
+or ``SNAPSHOT_SEGMENTS``, so a takeover replays about that much. The put is guarded by
+the owner value alone: a zombie's put fails, and any snapshot that lands is true of the
+log, so an outcome the metadata store could not confirm needs no resolution (the next
+pass writes again).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_BYTES = 8 << 20
 SNAPSHOT_SEGMENTS = 32
-SNAPSHOT_LIMIT = 4096  # producers per snapshot (the most recently written kept)
+SNAPSHOT_LIMIT = 2048  # producers per snapshot (the most recently written kept)
 
 
 def due(lg: PartitionLog) -> bool:

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from broker.meta.schema import SnapshotProducer
 from protocol.errors import ErrorCode
 
 MAX_TRACKED = 5
@@ -155,31 +156,29 @@ class ProducerState:
                     kept.append(BatchRecord(-1, seq - 1, -1, None))
             entry.batches = deque(kept, maxlen=MAX_TRACKED)
 
-    def snapshot(self, upto: int, limit: int) -> list[tuple[int, int, int, int]]:
-        """(producer id, epoch, last sequence, base offset) of each producer's last batch
-        below ``upto`` (committed; a rollback floor counts, base -1), for a persisted
-        snapshot (``broker.producer_snapshot``): at most ``limit``, floors first, then the
-        most recently written."""
+    def snapshot(self, upto: int, limit: int) -> list[SnapshotProducer]:
+        """Each producer's tracked batches below ``upto`` (committed; a rollback floor
+        counts), for a persisted snapshot (``broker.producer_snapshot``): at most
+        ``limit`` producers, those with a floor first, then the most recently written."""
         out = []
         for pid, entry in self._producers.items():
-            last = None
-            for rec in entry.batches:
-                if rec.base_offset < upto:
-                    last = rec
-            if last is not None:
-                out.append((pid, entry.epoch, last.last_seq, last.base_offset))
+            batches = tuple(
+                (b.first_seq, b.last_seq, b.base_offset)
+                for b in entry.batches
+                if b.base_offset < upto
+            )
+            if batches:
+                out.append((pid, entry.epoch, batches))
         if len(out) > limit:
-            out.sort(key=lambda e: e[3] if e[3] >= 0 else upto, reverse=True)
+            out.sort(key=lambda e: e[2][-1][2] if e[2][-1][2] >= 0 else upto, reverse=True)
             del out[limit:]
         return out
 
-    def restore(self, entries: Iterable[tuple[int, int, int, int]]) -> None:
-        """Track each (producer id, epoch, last sequence, base offset) as a producer's last
-        batch: its next batch must follow that sequence (its first sequence is unknown,
-        so a retry of that batch is not matched as a duplicate)."""
-        for pid, epoch, last_seq, base in entries:
+    def restore(self, producers: Iterable[SnapshotProducer]) -> None:
+        """Track each snapshot producer's batches as its last ones."""
+        for pid, epoch, batches in producers:
             entry = ProducerEntry(epoch)
-            entry.batches.append(BatchRecord(-1, last_seq, base, None))
+            entry.batches.extend(BatchRecord(f, last, base, None) for f, last, base in batches)
             self._producers[pid] = entry
 
     def __len__(self) -> int:

@@ -288,35 +288,58 @@ def producers_key(topic: str, partition: int) -> str:
 
 _SNAP_MAGIC = b"KPS1"
 _SNAP_HEAD = struct.Struct(">4sqI")
-_SNAP_ENTRY = struct.Struct(">qhiq")
+_SNAP_PRODUCER = struct.Struct(">qhB")
+_SNAP_BATCH = struct.Struct(">iiq")
+
+SnapshotBatch = tuple[int, int, int]  # first sequence, last sequence, base offset
+SnapshotProducer = tuple[int, int, tuple[SnapshotBatch, ...]]  # id, epoch, batches
 
 
 @dataclass(frozen=True, slots=True)
 class ProducerSnapshot:
     """``/logs/{t}/{p}/producers``: the idempotent producers of a partition as of offset
-    ``upto`` (every batch below it committed), each as (producer id, epoch, last
-    sequence, base offset of that last batch; -1 for a rollback floor). Binary: magic
-    ``KPS1``, ``upto`` (int64), a count (uint32), then 22 bytes per producer, big-endian
-    (docs/format.md, "Producer snapshots")."""
+    ``upto`` (every batch below it committed), each as (producer id, epoch, its last
+    batches below ``upto``, oldest first, each (first sequence, last sequence, base
+    offset); a rollback floor is (-1, sequence, -1)). Binary, big-endian: magic ``KPS1``,
+    ``upto`` (int64), a count (uint32), then per producer its id (int64), epoch (int16)
+    and batch count (uint8), and 16 bytes per batch (docs/format.md, "Producer
+    snapshots")."""
 
     upto: int
-    producers: tuple[tuple[int, int, int, int], ...]
+    producers: tuple[SnapshotProducer, ...]
 
     def encode(self) -> bytes:
         out = bytearray(_SNAP_HEAD.pack(_SNAP_MAGIC, self.upto, len(self.producers)))
-        for entry in self.producers:
-            out += _SNAP_ENTRY.pack(*entry)
+        for pid, epoch, batches in self.producers:
+            out += _SNAP_PRODUCER.pack(pid, epoch, len(batches))
+            for batch in batches:
+                out += _SNAP_BATCH.pack(*batch)
         return bytes(out)
 
     @classmethod
     def decode(cls, value: bytes) -> ProducerSnapshot:
         """Raises ValueError for anything but a whole snapshot."""
-        if len(value) < _SNAP_HEAD.size:
-            raise ValueError("producer snapshot too short")
-        magic, upto, n = _SNAP_HEAD.unpack_from(value)
-        if magic != _SNAP_MAGIC or len(value) != _SNAP_HEAD.size + n * _SNAP_ENTRY.size:
-            raise ValueError("not a producer snapshot")
-        return cls(upto, tuple(_SNAP_ENTRY.iter_unpack(memoryview(value)[_SNAP_HEAD.size :])))
+        try:
+            magic, upto, n = _SNAP_HEAD.unpack_from(value)
+            if magic != _SNAP_MAGIC:
+                raise ValueError("not a producer snapshot")
+            pos = _SNAP_HEAD.size
+            producers = []
+            for _ in range(n):
+                pid, epoch, count = _SNAP_PRODUCER.unpack_from(value, pos)
+                if count == 0:
+                    raise ValueError("producer snapshot names a producer without batches")
+                pos += _SNAP_PRODUCER.size
+                batches = tuple(
+                    _SNAP_BATCH.unpack_from(value, pos + i * _SNAP_BATCH.size) for i in range(count)
+                )
+                pos += count * _SNAP_BATCH.size
+                producers.append((pid, epoch, batches))
+        except struct.error as exc:
+            raise ValueError(f"producer snapshot cut short: {exc}") from None
+        if pos != len(value):
+            raise ValueError("producer snapshot has trailing bytes")
+        return cls(upto, tuple(producers))
 
 
 # ---------------------------------------------------------------------------- security

@@ -21,12 +21,15 @@ from segments.format import build_segment
 
 
 def test_the_codec_round_trips_and_refuses_anything_but_a_whole_snapshot() -> None:
-    snap = ProducerSnapshot(1234, ((7, 2, 99, 1200), (2**40, 0, 4, -1)))
+    snap = ProducerSnapshot(
+        1234, ((7, 2, ((90, 94, 1190), (95, 99, 1200))), (2**40, 0, ((-1, 4, -1),)))
+    )
     raw = snap.encode()
-    assert len(raw) == 16 + 2 * 22
+    assert len(raw) == 16 + 2 * 11 + 3 * 16
     assert ProducerSnapshot.decode(raw) == snap
     assert ProducerSnapshot.decode(ProducerSnapshot(0, ()).encode()) == ProducerSnapshot(0, ())
-    for bad in (raw[:-1], raw + b"x", b"KPS2" + raw[4:], b"", b"{}"):
+    empty = ProducerSnapshot(0, ((1, 0, ()),)).encode()  # a producer without batches
+    for bad in (raw[:-1], raw + b"x", b"KPS2" + raw[4:], b"", b"{}", empty):
         with pytest.raises(ValueError):
             ProducerSnapshot.decode(bad)
 
@@ -39,7 +42,10 @@ def test_a_snapshot_holds_each_producers_last_committed_batch() -> None:
     state.record(2, 3, 0, 0, 20, None)  # only a batch above it: left out
     state.record(4, 0, 0, 1, 30, None)
     state.rollback(30, {4: (0, 0, 30)})  # every batch of producer 4 failed: a floor
-    assert sorted(state.snapshot(10, 10)) == [(1, 0, 9, 5), (4, 0, -1, -1)]
+    assert sorted(state.snapshot(10, 10)) == [
+        (1, 0, ((0, 4, 0), (5, 9, 5))),
+        (4, 0, ((-1, -1, -1),)),
+    ]
 
 
 def test_a_capped_snapshot_keeps_floors_and_the_most_recently_written() -> None:
@@ -51,12 +57,15 @@ def test_a_capped_snapshot_keeps_floors_and_the_most_recently_written() -> None:
     assert [e[0] for e in state.snapshot(1000, 3)] == [99, 9, 8]
 
 
-def test_a_restored_producer_must_go_on_from_its_last_sequence() -> None:
+def test_a_restored_producer_goes_on_from_its_last_sequence_and_knows_its_retries() -> None:
     state = ProducerState()
-    state.restore([(5, 2, 41, 700)])
+    state.restore([(5, 2, ((30, 35, 690), (36, 41, 700)))])
     assert state.check(5, 2, 43, 43)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert state.check(5, 1, 42, 42)[0] == ErrorCode.INVALID_PRODUCER_EPOCH
     assert state.check(5, 2, 42, 50) == (ErrorCode.NONE, None)
+    for first, last, base in ((30, 35, 690), (36, 41, 700)):  # retries: duplicates
+        dup = state.check(5, 2, first, last)[1]
+        assert dup is not None and dup.base_offset == base
     assert state.last_bases() == {5: 700}
 
 
@@ -95,7 +104,7 @@ async def _rebuilt(
 
 async def test_a_new_owner_knows_a_producer_older_than_the_window_from_the_snapshot() -> None:
     plain = [-1] * (MAX_SEGMENTS + 10)
-    snap = ProducerSnapshot(MAX_SEGMENTS, ((5, 0, 17, 3),))
+    snap = ProducerSnapshot(MAX_SEGMENTS, ((5, 0, ((10, 17, 3),)),))
     lg, loaded = await _rebuilt(plain, snap.encode())
     assert loaded == list(range(MAX_SEGMENTS, MAX_SEGMENTS + 10))  # from the snapshot on
     assert lg.producers.describe() == [(5, 0, 17)]
@@ -107,7 +116,7 @@ async def test_a_new_owner_knows_a_producer_older_than_the_window_from_the_snaps
 
 async def test_batches_from_the_snapshots_offset_on_are_replayed_over_it() -> None:
     # producer 9 wrote sequences 0..5 at offsets 0..5; the snapshot was taken at 3
-    snap = ProducerSnapshot(3, ((9, 0, 2, 2),))
+    snap = ProducerSnapshot(3, ((9, 0, ((0, 0, 0), (1, 1, 1), (2, 2, 2))),))
     lg, loaded = await _rebuilt([0, 1, 2, 3, 4, 5], snap.encode())
     assert loaded == [3, 4, 5]
     assert lg.producers.describe() == [(9, 0, 5)]
@@ -116,7 +125,9 @@ async def test_batches_from_the_snapshots_offset_on_are_replayed_over_it() -> No
 
 
 async def test_a_producer_whose_last_batch_is_below_the_log_start_is_evicted() -> None:
-    snap = ProducerSnapshot(4, ((1, 0, 9, 1), (2, 0, 9, 3), (3, 0, 9, -1)))
+    snap = ProducerSnapshot(
+        4, ((1, 0, ((9, 9, 1),)), (2, 0, ((8, 8, 0), (9, 9, 3))), (3, 0, ((-1, 9, -1),)))
+    )
     lg, _ = await _rebuilt([-1] * 6, snap.encode(), log_start=2)
     assert sorted(p for p, _e, _s in lg.producers.describe()) == [2, 3]
     lg, _ = await _rebuilt([-1] * 6, snap.encode(), log_start=5)  # past the snapshot too
@@ -129,8 +140,8 @@ async def test_a_snapshot_that_cannot_be_used_falls_back_to_the_window(why: str)
     seqs = [-1] * n
     seqs[-1] = 0  # producer 9 in the newest segment
     stored = {
-        "past the end": ProducerSnapshot(n + 1, ((5, 0, 17, 3),)).encode(),
-        "too far behind": ProducerSnapshot(0, ((5, 0, 17, -1),)).encode(),
+        "past the end": ProducerSnapshot(n + 1, ((5, 0, ((17, 17, 3),)),)).encode(),
+        "too far behind": ProducerSnapshot(0, ((5, 0, ((-1, 17, -1),)),)).encode(),
         "garbage": b"\x00garbage",
     }[why]
     lg, loaded = await _rebuilt(seqs, stored)
@@ -172,7 +183,7 @@ async def test_the_owner_writes_it_under_its_owner_value_only(tmp_path: Path) ->
         assert await write(meta, lg)
         kv = await meta.get(producers_key("t", 0))
         assert kv is not None
-        assert ProducerSnapshot.decode(kv.value) == ProducerSnapshot(3, ((1, 0, 4, 1),))
+        assert ProducerSnapshot.decode(kv.value) == ProducerSnapshot(3, ((1, 0, ((0, 4, 1),)),))
         assert lg.snapshot_upto == 3 and not due(lg)
         await meta.put(owner_key("t", 0), b"someone else")  # the partition moved on
         lg.hw = 4

@@ -86,7 +86,9 @@ async def test_truncate_cuts_back_to_a_batch_boundary(tmp_path: Path) -> None:
         with pytest.raises(RepairError, match="outside the log"):
             await truncate(meta, store, t, 9, execute=True)
         # a producer snapshot of the log before the cut would name batches cut off
-        await meta.put(producers_key(TOPIC, 0), ProducerSnapshot(8, ((7, 0, 1, 6),)).encode())
+        await meta.put(
+            producers_key(TOPIC, 0), ProducerSnapshot(8, ((7, 0, ((0, 1, 6),)),)).encode()
+        )
         done = await truncate(meta, store, t, 4, execute=True)
         assert done[-1].endswith("now ends at 4")
         assert await meta.get(f"/owners/{TOPIC}/0") is None
