@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+from broker import producer_snapshot
 from broker.commit import Committer
 from broker.flush import Flusher
 from broker.log_metrics import LogMetrics, first_offset, loss_reason
@@ -123,7 +124,7 @@ class LogManager:
         await self.flush_all()
         await self.flusher.stop()
         for lg in list(self.logs.values()):
-            await self._release_key(lg)
+            await self._release_key(lg, keep_producers=True)
         self.logs.clear()
 
     @property
@@ -334,7 +335,7 @@ class LogManager:
     async def _hand_off(self, lg: PartitionLog) -> None:
         lg.state = RELEASING
         await self.flush([lg])
-        await self._release_key(lg)
+        await self._release_key(lg, keep_producers=True)
         if self.logs.get((lg.topic, lg.partition)) is lg:
             self.logs.pop((lg.topic, lg.partition), None)
             self.metrics.ownership_lost("handoff")
@@ -342,10 +343,17 @@ class LogManager:
         lg.close(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         log.info("handed off %s-%d", lg.topic, lg.partition)
 
-    async def _release_key(self, lg: PartitionLog) -> None:
+    async def _release_key(self, lg: PartitionLog, *, keep_producers: bool = False) -> None:
+        """Delete the owner key if it is still ``lg``'s. ``keep_producers``: with it, put
+        the partition's producer snapshot (``broker.producer_snapshot``; not after a
+        take that could not read the producer state)."""
         okey = owner_key(lg.topic, lg.partition)
+        ops: list[Put | Delete] = [Delete(okey)]
+        snap = producer_snapshot.put_op(lg) if keep_producers else None
+        if snap is not None:
+            ops.insert(0, snap)
         with contextlib.suppress(MetaStoreError):
-            await self.meta.txn([Compare(okey, "value", "==", lg.owner_value)], [Delete(okey)])
+            await self.meta.txn([Compare(okey, "value", "==", lg.owner_value)], ops)
 
     def drop(self, lg: PartitionLog, why: str) -> None:
         """Stop serving ``lg`` at once (fenced, or its state is in doubt): its appends fail

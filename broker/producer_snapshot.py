@@ -8,7 +8,8 @@ below the snapshot's offset (the high watermark when it was taken: committed bat
 only), so a retry of any of them is still recognised as a duplicate after a move. It is
 written when none is stored yet and the partition has producers, when the stored one
 could not be used at takeover, and when the segments after it reach ``SNAPSHOT_BYTES``
-or ``SNAPSHOT_SEGMENTS``, so a takeover replays about that much. The put is guarded by
+or ``SNAPSHOT_SEGMENTS``, so a takeover replays about that much; a hand-off puts it with
+the owner key's release (``put_op``), so the next owner replays nothing. The put is guarded by
 the owner value alone: a zombie's put fails, and any snapshot that lands is true of the
 log, so an outcome the metadata store could not confirm needs no resolution (the next
 pass writes again).
@@ -45,21 +46,25 @@ def due(lg: PartitionLog) -> bool:
     return len(since) >= SNAPSHOT_SEGMENTS or sum(s.size for s in since) >= SNAPSHOT_BYTES
 
 
+def put_op(lg: PartitionLog) -> Put | None:
+    """The put of ``lg``'s snapshot at its high watermark (None when it has nothing to
+    keep: no producer and no snapshot stored), for a transaction guarded by its owner
+    value: this module's ``write``, and the owner key's release at a hand-off
+    (``LogManager``), so that the next owner replays nothing."""
+    if lg.snapshot_upto == -1 and not len(lg.producers):
+        return None
+    snap = ProducerSnapshot(lg.hw, tuple(lg.producers.snapshot(lg.hw, SNAPSHOT_LIMIT)))
+    return Put(producers_key(lg.topic, lg.partition), snap.encode())
+
+
 async def write(meta: MetaStore, lg: PartitionLog) -> bool:
     """Write ``lg``'s snapshot at its high watermark; False when the owner guard failed
     (another owner has the partition). A store error propagates."""
-    upto = lg.hw
-    snap = ProducerSnapshot(upto, tuple(lg.producers.snapshot(upto, SNAPSHOT_LIMIT)))
-    res = await meta.txn(
-        [Committer.owner_guard(lg)], [Put(producers_key(lg.topic, lg.partition), snap.encode())]
-    )
+    upto, op = lg.hw, put_op(lg)
+    if op is None:
+        return True
+    res = await meta.txn([Committer.owner_guard(lg)], [op])
     if res.succeeded:
         lg.snapshot_upto = upto
-        log.debug(
-            "producer snapshot of %s-%d at %d (%d producers)",
-            lg.topic,
-            lg.partition,
-            upto,
-            len(snap.producers),
-        )
+        log.debug("producer snapshot of %s-%d at %d", lg.topic, lg.partition, upto)
     return res.succeeded

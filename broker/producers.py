@@ -158,7 +158,8 @@ class ProducerState:
 
     def snapshot(self, upto: int, limit: int) -> list[SnapshotProducer]:
         """Each producer's tracked batches below ``upto`` (committed; a rollback floor
-        counts), for a persisted snapshot (``broker.producer_snapshot``): at most
+        counts; a producer with none there gets a floor before its first batch), for a
+        persisted snapshot (``broker.producer_snapshot``): at most
         ``limit`` producers, those with a floor first, then the most recently written."""
         out = []
         for pid, entry in self._producers.items():
@@ -167,6 +168,10 @@ class ProducerState:
                 for b in entry.batches
                 if b.base_offset < upto
             )
+            if not batches and entry.batches:  # only batches not committed yet: the
+                # producer's place is before the first of them (a floor), whether they
+                # commit (then they are replayed over it) or fail
+                batches = ((-1, entry.batches[0].first_seq - 1, -1),)
             if batches:
                 out.append((pid, entry.epoch, batches))
         if len(out) > limit:

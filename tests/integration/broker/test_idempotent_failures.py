@@ -20,6 +20,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from broker.config import BrokerConfig
 from broker.meta.schema import owner_key
+from broker.partition import PartitionLog
 from broker.server import Broker
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
@@ -128,11 +129,24 @@ class UnreadableStore:
         return getattr(self.inner, name)
 
 
+def no_snapshot_at_release(b: Broker) -> None:
+    """``b`` gives its owner keys back without a producer snapshot, as a crashed broker
+    leaves none (broker.producer_snapshot): the next owner reads segments."""
+    release = b.logs._release_key
+
+    async def bare(lg: PartitionLog, *, keep_producers: bool = False) -> None:
+        await release(lg)
+
+    b.logs._release_key = bare  # type: ignore[method-assign]
+
+
 async def first_owner(cfg: BrokerConfig, plain: int) -> None:
     """A first broker writes the producer's sequences 0-1 ("a"), then ``plain`` batches
-    of another, plain producer, one segment each, and stops."""
+    of another, plain producer, one segment each, and stops without leaving a producer
+    snapshot (its maintenance writes none that soon either)."""
     first = Broker(cfg)
     await first.start()
+    no_snapshot_at_release(first)
     try:
         await first.topics.create(TOPIC, 1)
         conn = await Pipelined.open(first)

@@ -25,17 +25,24 @@ from protocol.errors import ErrorCode
 from protocol.records import build_batch, decode_batch
 from tests.fixtures.inprocess import local_config
 from tests.integration.broker.test_flush_pipeline import TOPIC
-from tests.integration.broker.test_idempotent_failures import Pipelined
+from tests.integration.broker.test_idempotent_failures import (
+    Pipelined,
+    UnreadableStore,
+    no_snapshot_at_release,
+)
 
 PLAIN = MAX_SEGMENTS + 6  # one segment each: the producer's batch leaves the window
 
 
 @pytest.fixture(params=["embedded", "etcd"])
 def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
+    # the maintenance loop never comes round by itself: the tests run its passes
+    quiet = {"retention_check_interval_ms": 10**9}
     if request.param == "embedded":
-        return local_config(tmp_path)
+        return local_config(tmp_path, **quiet)
     return local_config(
         tmp_path,
+        **quiet,
         meta_url=request.getfixturevalue("etcd_url"),
         meta_prefix=f"/snap-{uuid.uuid4().hex[:8]}",
     )
@@ -52,6 +59,7 @@ async def test_a_producer_far_behind_the_newest_segments_is_known_to_the_new_own
 ) -> None:
     first = Broker(cfg)
     await first.start()
+    no_snapshot_at_release(first)  # the snapshot maintenance wrote is what counts
     try:
         await first.topics.create(TOPIC, 1)
         conn = await Pipelined.open(first)
@@ -84,6 +92,40 @@ async def test_a_producer_far_behind_the_newest_segments_is_known_to_the_new_own
         assert await values_from(node, lg, end) == [b"b-0", b"b-1", b"c-0", b"c-1"]
     finally:
         await conn.close()
+        await node.stop()
+
+
+async def test_a_hand_off_leaves_a_snapshot_at_the_log_end(cfg: BrokerConfig) -> None:
+    """The owner key's release puts the snapshot in the same transaction: the next owner
+    knows the producer without reading a single segment (its reads fail here)."""
+    first = Broker(cfg)
+    await first.start()
+    try:
+        await first.topics.create(TOPIC, 1)
+        conn = await Pipelined.open(first)
+        assert await conn.answer(conn.send(0, "a")) == (ErrorCode.NONE, 0)
+        for i in range(3):
+            cid = conn.send_batch(build_batch([(None, b"o%d" % i, None)]))
+            assert await conn.answer(cid) == (ErrorCode.NONE, 2 + i)
+        await conn.close()
+        assert first.meta is not None and await first.meta.get(producers_key(TOPIC, 0)) is None
+    finally:
+        await first.stop()
+    node = Broker(cfg)
+    await node.start()
+    assert await _stored(node) == ProducerSnapshot(5, ((4242, 0, ((0, 1, 0),)),))
+    store = UnreadableStore(node.logs.store)
+    node.logs.store = store  # type: ignore[assignment]
+    conn = await Pipelined.open(node)
+    try:
+        assert (await conn.answer(conn.send(4, "c")))[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert await conn.answer(conn.send(0, "a")) == (ErrorCode.NONE, 0)  # a duplicate
+        assert store.refused == 0  # no segment was read
+        store.failing = False
+        assert await conn.answer(conn.send(2, "b")) == (ErrorCode.NONE, 5)
+    finally:
+        await conn.close()
+        node.logs.store = store.inner
         await node.stop()
 
 

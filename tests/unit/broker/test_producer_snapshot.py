@@ -39,13 +39,16 @@ def test_a_snapshot_holds_each_producers_last_committed_batch() -> None:
     state.record(1, 0, 0, 4, 0, None)
     state.record(1, 0, 5, 9, 5, None)
     state.record(1, 0, 10, 14, 10, None)  # at the snapshot's offset: not committed
-    state.record(2, 3, 0, 0, 20, None)  # only a batch above it: left out
+    state.record(2, 3, 0, 0, 20, None)  # only a batch above it
     state.record(4, 0, 0, 1, 30, None)
     state.rollback(30, {4: (0, 0, 30)})  # every batch of producer 4 failed: a floor
     assert sorted(state.snapshot(10, 10)) == [
         (1, 0, ((0, 4, 0), (5, 9, 5))),
+        (2, 3, ((-1, -1, -1),)),  # its place: before its first batch, committed or not
         (4, 0, ((-1, -1, -1),)),
     ]
+    state.record(5, 0, 7, 9, 40, None)
+    assert (5, 0, ((-1, 6, -1),)) in state.snapshot(40, 10)
 
 
 def test_a_capped_snapshot_keeps_floors_and_the_most_recently_written() -> None:
