@@ -2,12 +2,12 @@
 "Idempotent producers").
 
 With a persisted snapshot (``/logs/{t}/{p}/producers``, written by the owner's
-maintenance, ``broker.producer_snapshot``) the state is the snapshot's producers plus the
-batch headers of every segment from its offset on: complete, however long ago a producer
-last wrote (unless the log start has passed its last batch, which evicts it, as Kafka
-does). A snapshot that cannot be used (its offset past the log end, or more than
-``REPLAY_MAX_SEGMENTS`` / ``REPLAY_MAX_BYTES`` to replay) is ignored with a warning, and
-the window below is read instead.
+maintenance and at a hand-off, ``broker.producer_snapshot``) the state is the
+snapshot's producers plus the batch headers of every segment from its offset on:
+complete, however long ago a producer last wrote (unless the log start has passed its
+last batch, which evicts it, as Kafka does). A snapshot that cannot be used (its offset
+past the log end, or more than ``REPLAY_MAX_SEGMENTS`` / ``REPLAY_MAX_BYTES`` to replay)
+is ignored with a warning, and the window below is read instead.
 
 Without one, the state is rebuilt from the batch headers of the newest segments: the
 newest ``MIN_SEGMENTS``, extended back while they hold less than ``WINDOW_BYTES`` (up
@@ -92,8 +92,8 @@ async def rebuild(
 ) -> None:
     """Record every idempotent batch of the window in ``lg.producers``, in offset order,
     on top of the ``stored`` snapshot when it can be used (the window is then every
-    segment from its offset on). ``load`` reads one segment (joining a load in flight); before each,
-    ``ahead`` is given the rest of the window, for the read path's readahead
+    segment from its offset on). ``load`` reads one segment (joining a load in flight);
+    before each, ``ahead`` is given the rest of the window, for the read path's readahead
     (``LogManager``: the segment loader's, bounded per broker), so many small segments
     cost few round trips. Sets ``lg.snapshot_upto`` (-1: no snapshot; -2: one that must
     be rewritten). Raises the store's error when a segment cannot be read now."""

@@ -9,10 +9,10 @@ only), so a retry of any of them is still recognised as a duplicate after a move
 written when none is stored yet and the partition has producers, when the stored one
 could not be used at takeover, and when the segments after it reach ``SNAPSHOT_BYTES``
 or ``SNAPSHOT_SEGMENTS``, so a takeover replays about that much; a hand-off puts it with
-the owner key's release (``put_op``), so the next owner replays nothing. The put is guarded by
-the owner value alone: a zombie's put fails, and any snapshot that lands is true of the
-log, so an outcome the metadata store could not confirm needs no resolution (the next
-pass writes again).
+the owner key's release (``put_op``), so the next owner replays nothing. The put is
+guarded by the owner value alone: a zombie's put fails, and any snapshot that lands is
+true of the log, so an outcome the metadata store could not confirm needs no resolution
+(the next pass writes again).
 """
 
 from __future__ import annotations
