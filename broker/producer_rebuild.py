@@ -23,6 +23,7 @@ skipped with a warning, as reading it again would not help.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -55,6 +56,12 @@ def window(segments: Sequence[SegmentMeta]) -> list[SegmentMeta]:
     return picked
 
 
+def segments_from(lg: PartitionLog, offset: int) -> list[SegmentMeta]:
+    """The segments holding offsets at or after ``offset``, oldest first."""
+    first = max(bisect.bisect_right(lg.bases, offset) - 1, 0)
+    return [s for s in lg.segments[first:] if s.last >= offset]
+
+
 def _decode(lg: PartitionLog, stored: bytes | None) -> ProducerSnapshot | None:
     if stored is None:
         return None
@@ -72,7 +79,7 @@ def replay_range(lg: PartitionLog, snap: ProducerSnapshot) -> list[SegmentMeta] 
     if snap.upto > lg.next_offset:
         log.warning("producer snapshot of %s at %d is past the log end: ignored", where, snap.upto)
         return None
-    segs = [s for s in lg.segments if s.last >= snap.upto]
+    segs = segments_from(lg, snap.upto)
     if len(segs) > REPLAY_MAX_SEGMENTS or sum(s.size for s in segs) > REPLAY_MAX_BYTES:
         log.warning(
             "producer snapshot of %s at %d is %d segments behind: reading the newest only",

@@ -17,13 +17,13 @@ true of the log, so an outcome the metadata store could not confirm needs no res
 
 from __future__ import annotations
 
-import bisect
 import logging
 
 from broker.commit import Committer
 from broker.meta.base import MetaStore, Put
 from broker.meta.schema import ProducerSnapshot, producers_key
 from broker.partition import PartitionLog
+from broker.producer_rebuild import segments_from
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,7 @@ def due(lg: PartitionLog) -> bool:
         return len(lg.producers) > 0 and lg.hw > 0
     if lg.hw <= upto:
         return False
-    first = max(bisect.bisect_right(lg.bases, upto) - 1, 0)
-    since = [s for s in lg.segments[first:] if s.last >= upto]
+    since = segments_from(lg, upto)
     return len(since) >= SNAPSHOT_SEGMENTS or sum(s.size for s in since) >= SNAPSHOT_BYTES
 
 

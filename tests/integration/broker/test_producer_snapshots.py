@@ -17,13 +17,12 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.meta.schema import ProducerSnapshot, producers_key
-from broker.partition import PartitionLog
 from broker.producer_rebuild import MAX_SEGMENTS
 from broker.server import Broker
-from protocol.batch import iter_batches
 from protocol.errors import ErrorCode
-from protocol.records import build_batch, decode_batch
+from protocol.records import build_batch
 from tests.fixtures.inprocess import local_config
+from tests.integration.broker.test_ambiguous_commits import values
 from tests.integration.broker.test_flush_pipeline import TOPIC
 from tests.integration.broker.test_idempotent_failures import (
     Pipelined,
@@ -89,7 +88,7 @@ async def test_a_producer_far_behind_the_newest_segments_is_known_to_the_new_own
         assert await conn.answer(conn.send(4, "c")) == (ErrorCode.NONE, end + 2)
         assert await conn.answer(conn.send(4, "c")) == (ErrorCode.NONE, end + 2)  # a retry
         lg = await node.logs.get(TOPIC, 0)
-        assert await values_from(node, lg, end) == [b"b-0", b"b-1", b"c-0", b"c-1"]
+        assert (await values(node, lg))[end:] == [b"b-0", b"b-1", b"c-0", b"c-1"]
     finally:
         await conn.close()
         await node.stop()
@@ -127,17 +126,3 @@ async def test_a_hand_off_leaves_a_snapshot_at_the_log_end(cfg: BrokerConfig) ->
         await conn.close()
         node.logs.store = store.inner
         await node.stop()
-
-
-async def values_from(b: Broker, lg: PartitionLog, offset: int) -> list[bytes]:
-    """Every record value from ``offset`` to the committed end."""
-    out: list[bytes] = []
-    while offset < lg.hw:
-        views = await b.logs.read(lg, offset, 1 << 20)
-        assert views, f"nothing read at {offset}"
-        for view in views:
-            for hdr, bv in iter_batches(view):
-                if hdr.base_offset >= offset:
-                    out += [r.value for r in decode_batch(bv)[1] if r.value is not None]
-                    offset = hdr.base_offset + hdr.last_offset_delta + 1
-    return out
