@@ -140,6 +140,19 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "how often retention.ms/retention.bytes are enforced (default 30000; 0 = never)",
     ),
     (
+        "producer-id-expiration-ms",
+        "producer_id_expiration_ms",
+        int,
+        "an idempotent producer idle this long is forgotten by a partition (default "
+        "86400000, 1 day; 0: never)",
+    ),
+    (
+        "producer-id-expiration-check-interval-ms",
+        "producer_id_expiration_check_interval_ms",
+        int,
+        "how often partitions look for idle producers (default 600000)",
+    ),
+    (
         "compaction-buffer-bytes",
         "compaction_buffer_bytes",
         int,

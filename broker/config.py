@@ -59,6 +59,10 @@ class BrokerConfig:
     merge_min_age_ms: int = 2000  # leave segments this young alone (tailing readers)
     retention_check_interval_ms: int = 30_000  # 0: never enforce retention.ms/.bytes
     segment_delete_grace_ms: int = 60_000  # replaced objects are deleted this much later
+    # Kafka's producer.id.expiration.ms: an idempotent producer that has not written to a
+    # partition this long is forgotten there (0: never); how often the owner looks
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
     # log compaction (broker/compaction.py): key map memory per pass, bytes/s (0: no limit)
     compaction_buffer_bytes: int = 64 * 1024 * 1024
     compaction_max_bytes_per_sec: int = 0

@@ -13,6 +13,10 @@ maintenance task runs between flush cycles, on the event loop, and:
   head of the log (never the last one);
 - advances the log start for DeleteRecords (``delete_records``), which may lie inside a
   segment: the end key keeps it (``log_start``);
+- forgets idempotent producers that have not written for ``producer_id_expiration_ms``
+  (Kafka's ``producer.id.expiration.ms``), except one with an open transaction or a
+  batch not committed yet, every ``producer_id_expiration_check_interval_ms``; their
+  snapshot is then rewritten without them;
 - writes the partition's producer snapshot when one is due (``broker.producer_snapshot``).
 
 Every transaction goes through the ``Committer`` (``broker.commit``): under its lock (so
@@ -42,6 +46,7 @@ from broker.maintenance_policy import plan_merges, retention_victims
 from broker.meta.base import Delete, Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
+from broker.txn_partition import state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.format import (
     build_segment,
@@ -85,6 +90,7 @@ class Maintenance:
         self._sweeps: dict[tuple[str, int], tuple[float, PartitionLog]] = {}  # due, log
         self._failures: dict[tuple[str, int], _Failure] = {}
         self._next_retention = 0.0
+        self._next_expiry = 0.0
         self.stats = {
             "merges": 0,
             "merged_segments": 0,
@@ -92,6 +98,8 @@ class Maintenance:
             "deleted": 0,
             "failures": 0,
             "reclaimed_bytes": 0,
+            "expired_producers": 0,
+            "expiry_passes": 0,
         }
 
     def start(self) -> None:
@@ -139,7 +147,11 @@ class Maintenance:
     def _interval(self) -> float:
         ivals = [
             ms / 1000
-            for ms in (self.config.merge_interval_ms, self.config.retention_check_interval_ms)
+            for ms in (
+                self.config.merge_interval_ms,
+                self.config.retention_check_interval_ms,
+                self.config.producer_id_expiration_check_interval_ms,
+            )
             if ms > 0
         ]
         return min(ivals) if ivals else 1.0
@@ -155,17 +167,28 @@ class Maintenance:
             except Exception:  # never let maintenance die
                 log.exception("log maintenance pass failed")
 
-    async def run_once(self, *, force_retention: bool = False) -> None:
-        """One pass: due sweeps, merges, and (when due) retention, for every owned log.
-        Nothing runs while this broker's lease is in doubt."""
+    async def run_once(
+        self, *, force_retention: bool = False, expire_at_ms: int | None = None
+    ) -> None:
+        """One pass: due sweeps, merges, and (when due) retention and producer expiry,
+        for every owned log. ``expire_at_ms``: run the expiry now, as if the wall clock
+        read that (tests). Nothing runs while this broker's lease is in doubt."""
         if not self.logs.cluster.lease_valid():
             return
+        cfg = self.config
         now = asyncio.get_running_loop().time()
-        retention = self.config.retention_check_interval_ms > 0 and (
+        retention = cfg.retention_check_interval_ms > 0 and (
             force_retention or now >= self._next_retention
         )
         if retention:
-            self._next_retention = now + self.config.retention_check_interval_ms / 1000
+            self._next_retention = now + cfg.retention_check_interval_ms / 1000
+        expiry: int | None = None  # producers that last wrote before this are forgotten
+        if cfg.producer_id_expiration_ms > 0 and cfg.producer_id_expiration_check_interval_ms > 0:
+            if expire_at_ms is not None or now >= self._next_expiry:
+                self._next_expiry = now + cfg.producer_id_expiration_check_interval_ms / 1000
+                wall = int(time.time() * 1000) if expire_at_ms is None else expire_at_ms
+                expiry = wall - cfg.producer_id_expiration_ms
+                self.stats["expiry_passes"] += 1
         for tp, (due, lg) in list(self._sweeps.items()):
             if not self._current(lg):
                 self._sweeps.pop(tp, None)
@@ -177,7 +200,7 @@ class Maintenance:
                 return
             if not self._current(lg) or not self._may_run(lg, now):
                 continue
-            await self._guarded(lg, self._maintain(lg, retention))
+            await self._guarded(lg, self._maintain(lg, retention, expiry))
         live = set(self.logs.logs)
         for tp in [tp for tp in self._seen if tp not in live]:
             del self._seen[tp]
@@ -185,15 +208,34 @@ class Maintenance:
             del self._failures[tp]
         self.stats["deleted"] = self.deleter.stats["deleted"]
 
-    async def _maintain(self, lg: PartitionLog, retention: bool) -> None:
+    async def _maintain(self, lg: PartitionLog, retention: bool, expiry: int | None) -> None:
         if retention:
             await self.apply_retention(lg)
         if self.config.merge_interval_ms > 0 and self._current(lg):
             await self.merge_partition(lg)
         if self._current(lg):
             await self.compactor.maybe_compact(lg)
+        if expiry is not None and self._current(lg):
+            await self.expire_producers(lg, expiry)
         if self._current(lg) and producer_snapshot.due(lg):
             await producer_snapshot.write(self.logs.meta, lg)
+
+    async def expire_producers(self, lg: PartitionLog, before_ms: int) -> list[int]:
+        """Forget ``lg``'s producers that last wrote before ``before_ms`` (Kafka's
+        producer.id.expiration.ms), except those with a transaction open on it; the
+        snapshot is then due, so the next owner does not bring them back."""
+        if not lg.producers.idle(before_ms):
+            return []
+        txns = await state_of(self.logs.meta, lg)  # loaded once per owner
+        if not self._current(lg):
+            return []
+        gone = lg.producers.expire(before_ms, txns.open)
+        if gone:
+            self.stats["expired_producers"] += len(gone)
+            if lg.snapshot_upto != -1:
+                lg.snapshot_upto = -2  # rewrite it without them
+            log.info("%s-%d: %d idle producer id(s) expired", lg.topic, lg.partition, len(gone))
+        return gone
 
     def _may_run(self, lg: PartitionLog, now: float) -> bool:
         failure = self._failures.get((lg.topic, lg.partition))

@@ -45,6 +45,10 @@ GAUGES: dict[str, tuple[str, Callable[[Broker], float]]] = {
         "Partitions this broker owns (has acquired) right now.",
         lambda b: len(b.logs.logs),
     ),
+    "producer_ids": (
+        "Idempotent producers tracked over the partitions this broker owns.",
+        lambda b: sum(len(lg.producers) for lg in b.logs.logs.values()),
+    ),
     "topics": (
         "Topics in the cluster's metadata.",
         lambda b: len(b.topics.all()),
@@ -117,6 +121,10 @@ MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
     "failures": (
         "maintenance_failures",
         "Per-partition maintenance failures (logged once per cause, retried with back-off).",
+    ),
+    "expired_producers": (
+        "maintenance_expired_producer_ids",
+        "Idempotent producers forgotten by a partition after --producer-id-expiration-ms idle.",
     ),
 }
 

@@ -10,6 +10,7 @@ the append futures resolve (docs/architecture.md, the write path).
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -154,7 +155,7 @@ class PartitionLog:
         self.pending_bytes += len(view)
         if idempotent:
             batch = BatchRecord(first_seq, last_seq, base, fut)
-            self.producers.track(pid, entry, header.producer_epoch, batch)
+            self.producers.track(pid, entry, header.producer_epoch, batch, int(time.time() * 1000))
         return AppendResult(ErrorCode.NONE, base, fut)
 
     def take_pending(self) -> list[PendingBatch]:

@@ -5,7 +5,9 @@ With a persisted snapshot (``/logs/{t}/{p}/producers``, written by the owner's
 maintenance and at a hand-off, ``broker.producer_snapshot``) the state is the
 snapshot's producers plus the batch headers of every segment from its offset on:
 complete, however long ago a producer last wrote (unless the log start has passed its
-last batch, which evicts it, as Kafka does). A snapshot that cannot be used (its offset
+last batch, which evicts it, as Kafka does, or it expired: ``broker.maintenance``). A
+producer replayed from a segment counts as last written when that segment was
+committed (its manifest entry's ``created``). A snapshot that cannot be used (its offset
 past the log end, or more than ``REPLAY_MAX_SEGMENTS`` / ``REPLAY_MAX_BYTES`` to replay)
 is ignored with a warning, and the window below is read instead.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from broker.meta.schema import ProducerSnapshot, SegmentMeta
@@ -115,10 +118,16 @@ async def rebuild(
         start = lg.snapshot_upto = snap.upto
         floors = snap.upto >= lg.log_start  # a floor's producer may be past the start
         lg.producers.restore(
-            p for p in snap.producers if p[2][-1][2] >= lg.log_start or (p[2][-1][2] < 0 and floors)
+            (
+                p
+                for p in snap.producers
+                if p[2][-1][2] >= lg.log_start or (p[2][-1][2] < 0 and floors)
+            ),
+            int(time.time() * 1000),
         )
     if segs is None:
         segs = window(lg.segments)
+    now_ms = int(time.time() * 1000)  # for a segment without its commit time
     for i, seg in enumerate(segs):
         ahead(segs[i + 1 :])
         try:
@@ -135,4 +144,5 @@ async def rebuild(
                     last_sequence(hdr.base_sequence, hdr.last_offset_delta),
                     hdr.base_offset,
                     None,
+                    seg.created_ms if seg.created_ms >= 0 else now_ms,
                 )

@@ -5,18 +5,19 @@ sequence ranges with their offsets. A retried batch that matches one of them is 
 duplicate: it is acknowledged with its original offset and not appended again. A batch
 whose first sequence does not follow the last one is a gap: OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-A producer id this partition has no state for (state lost to retention, or older than
-the segments read at takeover, ``broker.producer_rebuild``) is accepted at any sequence
-and tracked from there, as Kafka does, instead of being rejected: a rejection would make
-idempotent producers fail fatally after a restart. A failed flush never makes a producer
-unknown (``rollback``). docs/architecture.md, "Idempotent producers".
+A producer id this partition has no state for (state lost to retention, expired after
+``producer.id.expiration.ms`` without a write, or older than the segments read at
+takeover, ``broker.producer_rebuild``) is accepted at any sequence and tracked from
+there, as Kafka does, instead of being rejected: a rejection would make idempotent
+producers fail fatally after a restart. A failed flush never makes a producer unknown
+(``rollback``). docs/architecture.md, "Idempotent producers".
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.meta.schema import SnapshotProducer
@@ -38,6 +39,11 @@ class BatchRecord:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=MAX_TRACKED))
+    last_ms: int = -1  # wall clock of its last append (ms); expiry counts from it
+
+    def in_flight(self) -> bool:
+        """Whether a batch of it is appended but not committed yet."""
+        return any(b.done is not None and not b.done.done() for b in self.batches)
 
 
 def _next_seq(seq: int) -> int:
@@ -97,12 +103,14 @@ class ProducerState:
         entry: ProducerEntry | None,
         epoch: int,
         batch: BatchRecord,
+        now_ms: int,
     ) -> None:
         """Record an appended batch under the entry ``admit`` returned (no lookup)."""
         if entry is None or epoch != entry.epoch:
             entry = ProducerEntry(epoch)
             self._producers[producer_id] = entry
         entry.batches.append(batch)
+        entry.last_ms = now_ms
 
     def record(
         self,
@@ -112,12 +120,34 @@ class ProducerState:
         last_seq: int,
         base_offset: int,
         done: asyncio.Future[None] | None,
+        last_ms: int,
     ) -> None:
+        """Record a batch read back from a segment (``last_ms``: when it was written)."""
         entry = self._producers.get(producer_id)
         if entry is None or epoch != entry.epoch:
             entry = ProducerEntry(epoch)
             self._producers[producer_id] = entry
         entry.batches.append(BatchRecord(first_seq, last_seq, base_offset, done))
+        entry.last_ms = max(entry.last_ms, last_ms)
+
+    def idle(self, before_ms: int) -> bool:
+        """Whether any producer last wrote before ``before_ms`` (a cheap test before
+        ``expire``)."""
+        return any(e.last_ms < before_ms for e in self._producers.values())
+
+    def expire(self, before_ms: int, keep: Container[int] = ()) -> list[int]:
+        """Forget the producers whose last write was before ``before_ms``, as Kafka
+        forgets them after ``producer.id.expiration.ms``, except those in ``keep`` (an
+        open transaction on this partition) and those with a batch not committed yet;
+        returns their ids. A forgotten producer is accepted at any sequence again."""
+        gone = [
+            pid
+            for pid, e in self._producers.items()
+            if e.last_ms < before_ms and pid not in keep and not e.in_flight()
+        ]
+        for pid in gone:
+            del self._producers[pid]
+        return gone
 
     def last_bases(self) -> dict[int, int]:
         """producer id -> base offset of its last batch (compaction keeps that batch's
@@ -161,7 +191,7 @@ class ProducerState:
         counts; a producer with none there gets a floor before its first batch), for a
         persisted snapshot (``broker.producer_snapshot``): at most
         ``limit`` producers, those with a floor first, then the most recently written."""
-        out = []
+        out: list[SnapshotProducer] = []
         for pid, entry in self._producers.items():
             batches = tuple(
                 (b.first_seq, b.last_seq, b.base_offset)
@@ -173,16 +203,17 @@ class ProducerState:
                 # commit (then they are replayed over it) or fail
                 batches = ((-1, entry.batches[0].first_seq - 1, -1),)
             if batches:
-                out.append((pid, entry.epoch, batches))
+                out.append((pid, entry.epoch, batches, entry.last_ms))
         if len(out) > limit:
-            out.sort(key=lambda e: e[2][-1][2] if e[2][-1][2] >= 0 else upto, reverse=True)
+            out.sort(key=lambda e: (e[2][-1][2] < 0, e[3], e[2][-1][2]), reverse=True)
             del out[limit:]
         return out
 
-    def restore(self, producers: Iterable[SnapshotProducer]) -> None:
-        """Track each snapshot producer's batches as its last ones."""
-        for pid, epoch, batches in producers:
-            entry = ProducerEntry(epoch)
+    def restore(self, producers: Iterable[SnapshotProducer], now_ms: int) -> None:
+        """Track each snapshot producer's batches as its last ones; a producer without
+        a last write time (an older snapshot) counts as written ``now_ms``."""
+        for pid, epoch, batches, last_ms in producers:
+            entry = ProducerEntry(epoch, last_ms=last_ms if last_ms >= 0 else now_ms)
             entry.batches.extend(BatchRecord(f, last, base, None) for f, last, base in batches)
             self._producers[pid] = entry
 
@@ -196,3 +227,8 @@ class ProducerState:
             (pid, e.epoch, e.batches[-1].last_seq if e.batches else -1)
             for pid, e in self._producers.items()
         ]
+
+    def last_write(self, producer_id: int) -> int:
+        """When ``producer_id`` last wrote (ms since the epoch), -1 if it is unknown."""
+        entry = self._producers.get(producer_id)
+        return entry.last_ms if entry is not None else -1

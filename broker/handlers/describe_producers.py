@@ -6,8 +6,11 @@ the newest segments' batch headers read when it was. A partition this broker doe
 own answers NOT_LEADER_OR_FOLLOWER (the client asks the leader Metadata names), an
 unknown one UNKNOWN_TOPIC_OR_PARTITION.
 
-Deviations: the last timestamp and the coordinator epoch are not tracked (-1). The
-current transaction start offset is the open transaction's first offset as the owner
+Deviations: the last timestamp is the broker's wall-clock time of the producer's last
+append (the commit time of its segment, for a producer read back at takeover), not the
+batch's own max timestamp, which the client sets; expiry
+(``producer.id.expiration.ms``) counts from it. The coordinator epoch is not tracked
+(-1). The current transaction start offset is the open transaction's first offset as the owner
 recorded it (a lower bound: the committed log end when its first batch was admitted).
 
 Authorization (docs/operations.md, "ACLs"), as in Kafka: READ on the topic, else each of
@@ -60,7 +63,7 @@ async def _partition(ctx: RequestContext, topic: str, p: int) -> Any:
             producer_id=pid,
             producer_epoch=epoch,
             last_sequence=last_seq,
-            last_timestamp=-1,
+            last_timestamp=lg.producers.last_write(pid),
             coordinator_epoch=-1,
             current_txn_start_offset=txns.open[pid].first if pid in txns.open else -1,
         )

@@ -286,13 +286,16 @@ def producers_key(topic: str, partition: int) -> str:
     return f"/logs/{topic}/{partition}/producers"
 
 
-_SNAP_MAGIC = b"KPS1"
+_SNAP_MAGIC_V1 = b"KPS1"  # before producer expiry: no last write time per producer
+_SNAP_MAGIC = b"KPS2"
 _SNAP_HEAD = struct.Struct(">4sqI")
-_SNAP_PRODUCER = struct.Struct(">qhB")
+_SNAP_PRODUCER_V1 = struct.Struct(">qhB")
+_SNAP_PRODUCER = struct.Struct(">qhBq")
 _SNAP_BATCH = struct.Struct(">iiq")
 
 SnapshotBatch = tuple[int, int, int]  # first sequence, last sequence, base offset
-SnapshotProducer = tuple[int, int, tuple[SnapshotBatch, ...]]  # id, epoch, batches
+# id, epoch, batches, last write (ms since the epoch; -1: unknown)
+SnapshotProducer = tuple[int, int, tuple[SnapshotBatch, ...], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,18 +303,19 @@ class ProducerSnapshot:
     """``/logs/{t}/{p}/producers``: the idempotent producers of a partition as of offset
     ``upto`` (every batch below it committed), each as (producer id, epoch, its last
     batches below ``upto``, oldest first, each (first sequence, last sequence, base
-    offset); a rollback floor is (-1, sequence, -1)). Binary, big-endian: magic ``KPS1``,
-    ``upto`` (int64), a count (uint32), then per producer its id (int64), epoch (int16)
-    and batch count (uint8), and 16 bytes per batch (docs/format.md, "Producer
-    snapshots")."""
+    offset), the wall-clock time of its last write in ms); a rollback floor is (-1,
+    sequence, -1). Binary, big-endian: magic ``KPS2``, ``upto`` (int64), a count
+    (uint32), then per producer its id (int64), epoch (int16), batch count (uint8) and
+    last write (int64), and 16 bytes per batch (docs/format.md, "Producer snapshots").
+    ``KPS1`` values (no last write) decode with -1 there."""
 
     upto: int
     producers: tuple[SnapshotProducer, ...]
 
     def encode(self) -> bytes:
         out = bytearray(_SNAP_HEAD.pack(_SNAP_MAGIC, self.upto, len(self.producers)))
-        for pid, epoch, batches in self.producers:
-            out += _SNAP_PRODUCER.pack(pid, epoch, len(batches))
+        for pid, epoch, batches, last_ms in self.producers:
+            out += _SNAP_PRODUCER.pack(pid, epoch, len(batches), last_ms)
             for batch in batches:
                 out += _SNAP_BATCH.pack(*batch)
         return bytes(out)
@@ -321,20 +325,22 @@ class ProducerSnapshot:
         """Raises ValueError for anything but a whole snapshot."""
         try:
             magic, upto, n = _SNAP_HEAD.unpack_from(value)
-            if magic != _SNAP_MAGIC:
+            if magic not in (_SNAP_MAGIC, _SNAP_MAGIC_V1):
                 raise ValueError("not a producer snapshot")
+            timed = magic == _SNAP_MAGIC
+            head = _SNAP_PRODUCER if timed else _SNAP_PRODUCER_V1
             pos = _SNAP_HEAD.size
             producers = []
             for _ in range(n):
-                pid, epoch, count = _SNAP_PRODUCER.unpack_from(value, pos)
+                pid, epoch, count, *last = head.unpack_from(value, pos)
                 if count == 0:
                     raise ValueError("producer snapshot names a producer without batches")
-                pos += _SNAP_PRODUCER.size
+                pos += head.size
                 batches = tuple(
                     _SNAP_BATCH.unpack_from(value, pos + i * _SNAP_BATCH.size) for i in range(count)
                 )
                 pos += count * _SNAP_BATCH.size
-                producers.append((pid, epoch, batches))
+                producers.append((pid, epoch, batches, last[0] if timed else -1))
         except struct.error as exc:
             raise ValueError(f"producer snapshot cut short: {exc}") from None
         if pos != len(value):

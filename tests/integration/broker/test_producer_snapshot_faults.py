@@ -9,6 +9,8 @@ test_ambiguous_commits.py, whose metadata store fails one chosen transaction).""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from broker.meta.schema import ProducerSnapshot, owner_key, producers_key
@@ -45,9 +47,16 @@ async def produce(b: Broker, lg: PartitionLog, seq: int | None) -> int:
     return res.base_offset
 
 
-async def stored(b: Broker) -> ProducerSnapshot | None:
-    kv = await b.meta.get(producers_key(TOPIC, 0))
-    return None if kv is None else ProducerSnapshot.decode(kv.value)
+async def stored(b: Broker, topic: str = TOPIC) -> ProducerSnapshot | None:
+    """The stored snapshot, each producer's last write checked to be a wall-clock time
+    of this run and then put as 0 (so tests can compare the rest)."""
+    kv = await b.meta.get(producers_key(topic, 0))
+    if kv is None:
+        return None
+    snap = ProducerSnapshot.decode(kv.value)
+    now = time.time() * 1000
+    assert all(now - 3_600_000 < p[3] <= now for p in snap.producers), snap
+    return ProducerSnapshot(snap.upto, tuple((p[0], p[1], p[2], 0) for p in snap.producers))
 
 
 def check(lg: PartitionLog, first: int, last: int) -> tuple[ErrorCode, int | None]:
@@ -70,7 +79,7 @@ async def test_a_snapshot_put_of_unknown_outcome_leaves_the_next_owner_right(
     await b.logs.maintenance.run_once()  # the snapshot put fails: logged, retried later
     assert meta.hits == 1
     snap = await stored(b)
-    assert snap == (ProducerSnapshot(end, ((PID, 0, ((0, 1, 0),)),)) if applied else None)
+    assert snap == (ProducerSnapshot(end, ((PID, 0, ((0, 1, 0),), 0),)) if applied else None)
     assert await produce(b, lg, 2) == end  # the log moves on past the snapshot
     b.logs.drop(lg, "test: the next take starts from the store")
     taken = await b.logs.get(TOPIC, 0)
@@ -84,7 +93,7 @@ async def test_a_snapshot_put_of_unknown_outcome_leaves_the_next_owner_right(
     assert check(taken, 0, 1) == (ErrorCode.NONE, 0)
     assert due(taken) is not applied  # one segment since the snapshot / none stored
     assert await write(b.meta, taken)
-    assert await stored(b) == ProducerSnapshot(end + 2, ((PID, 0, ((0, 1, 0), (2, 3, end))),))
+    assert await stored(b) == ProducerSnapshot(end + 2, ((PID, 0, ((0, 1, 0), (2, 3, end)), 0),))
 
 
 async def test_a_woken_zombie_writes_no_snapshot_and_releases_nothing(
@@ -102,7 +111,7 @@ async def test_a_woken_zombie_writes_no_snapshot_and_releases_nothing(
     assert await produce(b, owner, 2) == 2
     assert await write(b.meta, owner)
     kept = await stored(b)
-    assert kept == ProducerSnapshot(4, ((PID, 0, ((0, 1, 0), (2, 3, 2))),))
+    assert kept == ProducerSnapshot(4, ((PID, 0, ((0, 1, 0), (2, 3, 2)), 0),))
     okey = await b.meta.get(owner_key(TOPIC, 0))
     assert okey is not None and okey.value == owner.owner_value
     assert not await write(b.meta, zombie)

@@ -29,6 +29,7 @@ from tests.integration.broker.test_idempotent_failures import (
     UnreadableStore,
     no_snapshot_at_release,
 )
+from tests.integration.broker.test_producer_snapshot_faults import stored
 
 PLAIN = MAX_SEGMENTS + 6  # one segment each: the producer's batch leaves the window
 
@@ -48,9 +49,9 @@ def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
 
 
 async def _stored(b: Broker) -> ProducerSnapshot:
-    kv = await b.meta.get(producers_key(TOPIC, 0))
-    assert kv is not None
-    return ProducerSnapshot.decode(kv.value)
+    snap = await stored(b, TOPIC)  # last write times checked, then put as 0
+    assert snap is not None
+    return snap
 
 
 async def test_a_producer_far_behind_the_newest_segments_is_known_to_the_new_owner(
@@ -66,13 +67,13 @@ async def test_a_producer_far_behind_the_newest_segments_is_known_to_the_new_own
         maintenance = first.logs.maintenance
         assert maintenance is not None
         await maintenance.run_once()
-        assert await _stored(first) == ProducerSnapshot(2, ((4242, 0, ((0, 1, 0),)),))
+        assert await _stored(first) == ProducerSnapshot(2, ((4242, 0, ((0, 1, 0),), 0),))
         for i in range(PLAIN):  # another, plain producer: one segment per round trip
             cid = conn.send_batch(build_batch([(None, b"o%d" % i, None)]))
             assert await conn.answer(cid) == (ErrorCode.NONE, 2 + i)
         await conn.close()
         await maintenance.run_once()  # PLAIN segments since the last one: written again
-        assert await _stored(first) == ProducerSnapshot(2 + PLAIN, ((4242, 0, ((0, 1, 0),)),))
+        assert await _stored(first) == ProducerSnapshot(2 + PLAIN, ((4242, 0, ((0, 1, 0),), 0),))
     finally:
         await first.stop()
     node = Broker(cfg)
@@ -112,7 +113,7 @@ async def test_a_hand_off_leaves_a_snapshot_at_the_log_end(cfg: BrokerConfig) ->
         await first.stop()
     node = Broker(cfg)
     await node.start()
-    assert await _stored(node) == ProducerSnapshot(5, ((4242, 0, ((0, 1, 0),)),))
+    assert await _stored(node) == ProducerSnapshot(5, ((4242, 0, ((0, 1, 0),), 0),))
     store = UnreadableStore(node.logs.store)
     node.logs.store = store  # type: ignore[assignment]
     conn = await Pipelined.open(node)

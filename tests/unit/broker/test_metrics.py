@@ -20,7 +20,10 @@ class _Conn:
 def _fake_broker(maintenance: Any) -> Any:
     cache = SimpleNamespace(bytes=4096, hits=7, misses=3, evictions=1)
     logs = SimpleNamespace(
-        logs={("a", 0): object(), ("a", 1): object()},
+        logs={
+            ("a", 0): SimpleNamespace(producers=[1, 2, 3]),  # sized like a ProducerState
+            ("a", 1): SimpleNamespace(producers=[]),
+        },
         pending_bytes=123,
         cache=cache,
         stats={"flush_cycles": 5, "segments": 4, "segment_bytes": 1000, "txns": 5},
@@ -61,6 +64,7 @@ def test_every_figure_is_exported_with_help_and_type() -> None:
         "kafscale_inflight_bytes": ("gauge", 77),
         "kafscale_pending_bytes": ("gauge", 123),
         "kafscale_partitions_owned": ("gauge", 2),
+        "kafscale_producer_ids": ("gauge", 3),
         "kafscale_topics": ("gauge", 2),
         "kafscale_live_brokers": ("gauge", 4),
         "kafscale_segment_cache_bytes": ("gauge", 4096),

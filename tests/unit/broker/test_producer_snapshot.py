@@ -22,47 +22,52 @@ from segments.format import build_segment
 
 def test_the_codec_round_trips_and_refuses_anything_but_a_whole_snapshot() -> None:
     snap = ProducerSnapshot(
-        1234, ((7, 2, ((90, 94, 1190), (95, 99, 1200))), (2**40, 0, ((-1, 4, -1),)))
+        1234,
+        (
+            (7, 2, ((90, 94, 1190), (95, 99, 1200)), 1_700_000_000_123),
+            (2**40, 0, ((-1, 4, -1),), -1),
+        ),
     )
     raw = snap.encode()
-    assert len(raw) == 16 + 2 * 11 + 3 * 16
+    assert len(raw) == 16 + 2 * 19 + 3 * 16
     assert ProducerSnapshot.decode(raw) == snap
     assert ProducerSnapshot.decode(ProducerSnapshot(0, ()).encode()) == ProducerSnapshot(0, ())
-    empty = ProducerSnapshot(0, ((1, 0, ()),)).encode()  # a producer without batches
-    for bad in (raw[:-1], raw + b"x", b"KPS2" + raw[4:], b"", b"{}", empty):
+    empty = ProducerSnapshot(0, ((1, 0, (), 5),)).encode()  # a producer without batches
+    for bad in (raw[:-1], raw + b"x", b"KPS3" + raw[4:], b"KPS1" + raw[4:], b"", b"{}", empty):
         with pytest.raises(ValueError):
             ProducerSnapshot.decode(bad)
 
 
 def test_a_snapshot_holds_each_producers_last_committed_batch() -> None:
     state = ProducerState()
-    state.record(1, 0, 0, 4, 0, None)
-    state.record(1, 0, 5, 9, 5, None)
-    state.record(1, 0, 10, 14, 10, None)  # at the snapshot's offset: not committed
-    state.record(2, 3, 0, 0, 20, None)  # only a batch above it
-    state.record(4, 0, 0, 1, 30, None)
+    state.record(1, 0, 0, 4, 0, None, 0)
+    state.record(1, 0, 5, 9, 5, None, 0)
+    state.record(1, 0, 10, 14, 10, None, 0)  # at the snapshot's offset: not committed
+    state.record(2, 3, 0, 0, 20, None, 0)  # only a batch above it
+    state.record(4, 0, 0, 1, 30, None, 0)
     state.rollback(30, {4: (0, 0, 30)})  # every batch of producer 4 failed: a floor
     assert sorted(state.snapshot(10, 10)) == [
-        (1, 0, ((0, 4, 0), (5, 9, 5))),
-        (2, 3, ((-1, -1, -1),)),  # its place: before its first batch, committed or not
-        (4, 0, ((-1, -1, -1),)),
+        (1, 0, ((0, 4, 0), (5, 9, 5)), 0),
+        (2, 3, ((-1, -1, -1),), 0),  # its place: before its first batch, committed or not
+        (4, 0, ((-1, -1, -1),), 0),
     ]
-    state.record(5, 0, 7, 9, 40, None)
-    assert (5, 0, ((-1, 6, -1),)) in state.snapshot(40, 10)
+    state.record(5, 0, 7, 9, 40, None, 0)
+    assert (5, 0, ((-1, 6, -1),), 0) in state.snapshot(40, 10)
 
 
 def test_a_capped_snapshot_keeps_floors_and_the_most_recently_written() -> None:
     state = ProducerState()
-    for pid in range(10):
-        state.record(pid, 0, 0, 0, pid * 10, None)
-    state.record(99, 0, 0, 0, 200, None)
+    for pid in range(10):  # written in turn, producer 3 last of all
+        state.record(pid, 0, 0, 0, pid * 10, None, 1000 + (50 if pid == 3 else pid))
+    state.record(99, 0, 0, 0, 200, None, 0)
     state.rollback(200, {99: (0, 0, 200)})
-    assert [e[0] for e in state.snapshot(1000, 3)] == [99, 9, 8]
+    assert [e[0] for e in state.snapshot(1000, 4)] == [99, 3, 9, 8]
 
 
 def test_a_restored_producer_goes_on_from_its_last_sequence_and_knows_its_retries() -> None:
     state = ProducerState()
-    state.restore([(5, 2, ((30, 35, 690), (36, 41, 700)))])
+    state.restore([(5, 2, ((30, 35, 690), (36, 41, 700)), 1234)], 5678)
+    assert state.last_write(5) == 1234
     assert state.check(5, 2, 43, 43)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert state.check(5, 1, 42, 42)[0] == ErrorCode.INVALID_PRODUCER_EPOCH
     assert state.check(5, 2, 42, 50) == (ErrorCode.NONE, None)
@@ -107,7 +112,7 @@ async def _rebuilt(
 
 async def test_a_new_owner_knows_a_producer_older_than_the_window_from_the_snapshot() -> None:
     plain = [-1] * (MAX_SEGMENTS + 10)
-    snap = ProducerSnapshot(MAX_SEGMENTS, ((5, 0, ((10, 17, 3),)),))
+    snap = ProducerSnapshot(MAX_SEGMENTS, ((5, 0, ((10, 17, 3),), 0),))
     lg, loaded = await _rebuilt(plain, snap.encode())
     assert loaded == list(range(MAX_SEGMENTS, MAX_SEGMENTS + 10))  # from the snapshot on
     assert lg.producers.describe() == [(5, 0, 17)]
@@ -119,7 +124,7 @@ async def test_a_new_owner_knows_a_producer_older_than_the_window_from_the_snaps
 
 async def test_batches_from_the_snapshots_offset_on_are_replayed_over_it() -> None:
     # producer 9 wrote sequences 0..5 at offsets 0..5; the snapshot was taken at 3
-    snap = ProducerSnapshot(3, ((9, 0, ((0, 0, 0), (1, 1, 1), (2, 2, 2))),))
+    snap = ProducerSnapshot(3, ((9, 0, ((0, 0, 0), (1, 1, 1), (2, 2, 2)), 0),))
     lg, loaded = await _rebuilt([0, 1, 2, 3, 4, 5], snap.encode())
     assert loaded == [3, 4, 5]
     assert lg.producers.describe() == [(9, 0, 5)]
@@ -129,7 +134,12 @@ async def test_batches_from_the_snapshots_offset_on_are_replayed_over_it() -> No
 
 async def test_a_producer_whose_last_batch_is_below_the_log_start_is_evicted() -> None:
     snap = ProducerSnapshot(
-        4, ((1, 0, ((9, 9, 1),)), (2, 0, ((8, 8, 0), (9, 9, 3))), (3, 0, ((-1, 9, -1),)))
+        4,
+        (
+            (1, 0, ((9, 9, 1),), 0),
+            (2, 0, ((8, 8, 0), (9, 9, 3)), 0),
+            (3, 0, ((-1, 9, -1),), 0),
+        ),
     )
     lg, _ = await _rebuilt([-1] * 6, snap.encode(), log_start=2)
     assert sorted(p for p, _e, _s in lg.producers.describe()) == [2, 3]
@@ -143,8 +153,8 @@ async def test_a_snapshot_that_cannot_be_used_falls_back_to_the_window(why: str)
     seqs = [-1] * n
     seqs[-1] = 0  # producer 9 in the newest segment
     stored = {
-        "past the end": ProducerSnapshot(n + 1, ((5, 0, ((17, 17, 3),)),)).encode(),
-        "too far behind": ProducerSnapshot(0, ((5, 0, ((-1, 17, -1),)),)).encode(),
+        "past the end": ProducerSnapshot(n + 1, ((5, 0, ((17, 17, 3),), 0),)).encode(),
+        "too far behind": ProducerSnapshot(0, ((5, 0, ((-1, 17, -1),), 0),)).encode(),
         "garbage": b"\x00garbage",
     }[why]
     lg, loaded = await _rebuilt(seqs, stored)
@@ -161,7 +171,7 @@ def _log(seg_sizes: list[int]) -> PartitionLog:
 def test_a_snapshot_is_due_for_producers_never_snapshotted_and_after_enough_segments() -> None:
     lg = _log([100] * 40)
     assert not due(lg)  # no snapshot, no producer: nothing to keep
-    lg.producers.record(1, 0, 0, 0, 3, None)
+    lg.producers.record(1, 0, 0, 0, 3, None, 0)
     assert due(lg)
     lg.snapshot_upto = 40 - SNAPSHOT_SEGMENTS + 1  # SNAPSHOT_SEGMENTS - 1 segments since
     assert not due(lg)
@@ -181,12 +191,12 @@ async def test_the_owner_writes_it_under_its_owner_value_only(tmp_path: Path) ->
     try:
         lg = _log([100] * 3)
         await meta.put(owner_key("t", 0), b"o")
-        lg.producers.record(1, 0, 0, 4, 1, None)
-        lg.producers.record(1, 0, 5, 5, 3, None)  # at hw 3: not committed yet
+        lg.producers.record(1, 0, 0, 4, 1, None, 7)
+        lg.producers.record(1, 0, 5, 5, 3, None, 9)  # at hw 3: not committed yet
         assert await write(meta, lg)
         kv = await meta.get(producers_key("t", 0))
         assert kv is not None
-        assert ProducerSnapshot.decode(kv.value) == ProducerSnapshot(3, ((1, 0, ((0, 4, 1),)),))
+        assert ProducerSnapshot.decode(kv.value) == ProducerSnapshot(3, ((1, 0, ((0, 4, 1),), 9),))
         assert lg.snapshot_upto == 3 and not due(lg)
         await meta.put(owner_key("t", 0), b"someone else")  # the partition moved on
         lg.hw = 4

@@ -87,7 +87,7 @@ async def test_truncate_cuts_back_to_a_batch_boundary(tmp_path: Path) -> None:
             await truncate(meta, store, t, 9, execute=True)
         # a producer snapshot of the log before the cut would name batches cut off
         await meta.put(
-            producers_key(TOPIC, 0), ProducerSnapshot(8, ((7, 0, ((0, 1, 6),)),)).encode()
+            producers_key(TOPIC, 0), ProducerSnapshot(8, ((7, 0, ((0, 1, 6),), 0),)).encode()
         )
         done = await truncate(meta, store, t, 4, execute=True)
         assert done[-1].endswith("now ends at 4")
