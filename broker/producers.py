@@ -16,7 +16,6 @@ producers fail fatally after a restart. A failed flush never makes a producer un
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -38,7 +37,9 @@ class BatchRecord:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
-    batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=MAX_TRACKED))
+    # the last MAX_TRACKED, oldest first: a list, not a deque(maxlen=5), whose 760
+    # bytes were half of what a producer cost (docs/benchmarks.md, "Round 9")
+    batches: list[BatchRecord] = field(default_factory=list)
     last_ms: int = -1  # wall clock of its last append (ms); expiry counts from it
 
     def in_flight(self) -> bool:
@@ -109,7 +110,10 @@ class ProducerState:
         if entry is None or epoch != entry.epoch:
             entry = ProducerEntry(epoch)
             self._producers[producer_id] = entry
-        entry.batches.append(batch)
+        batches = entry.batches
+        batches.append(batch)
+        if len(batches) > MAX_TRACKED:
+            del batches[0]
         entry.last_ms = now_ms
 
     def record(
@@ -127,7 +131,10 @@ class ProducerState:
         if entry is None or epoch != entry.epoch:
             entry = ProducerEntry(epoch)
             self._producers[producer_id] = entry
-        entry.batches.append(BatchRecord(first_seq, last_seq, base_offset, done))
+        batches = entry.batches
+        batches.append(BatchRecord(first_seq, last_seq, base_offset, done))
+        if len(batches) > MAX_TRACKED:
+            del batches[0]
         entry.last_ms = max(entry.last_ms, last_ms)
 
     def idle(self, before_ms: int) -> bool:
@@ -139,12 +146,18 @@ class ProducerState:
         """Forget the producers whose last write was before ``before_ms``, as Kafka
         forgets them after ``producer.id.expiration.ms``, except those in ``keep`` (an
         open transaction on this partition) and those with a batch not committed yet;
-        returns their ids. A forgotten producer is accepted at any sequence again."""
-        gone = [
-            pid
-            for pid, e in self._producers.items()
-            if e.last_ms < before_ms and pid not in keep and not e.in_flight()
-        ]
+        returns their ids. A forgotten producer is accepted at any sequence again. The
+        others let go of the futures of their committed batches."""
+        gone = []
+        for pid, e in self._producers.items():
+            if e.last_ms < before_ms and pid not in keep and not e.in_flight():
+                gone.append(pid)
+                continue
+            for b in e.batches:  # committed: its future is no longer needed (memory)
+                done = b.done
+                if done is not None and done.done() and not done.cancelled():
+                    if done.exception() is None:
+                        b.done = None
         for pid in gone:
             del self._producers[pid]
         return gone
@@ -184,7 +197,7 @@ class ProducerState:
                         seq = first[1]
                 if seq >= 0:
                     kept.append(BatchRecord(-1, seq - 1, -1, None))
-            entry.batches = deque(kept, maxlen=MAX_TRACKED)
+            entry.batches = kept[-MAX_TRACKED:]
 
     def snapshot(self, upto: int, limit: int) -> list[SnapshotProducer]:
         """Each producer's tracked batches below ``upto`` (committed; a rollback floor
@@ -214,7 +227,8 @@ class ProducerState:
         a last write time (an older snapshot) counts as written ``now_ms``."""
         for pid, epoch, batches, last_ms in producers:
             entry = ProducerEntry(epoch, last_ms=last_ms if last_ms >= 0 else now_ms)
-            entry.batches.extend(BatchRecord(f, last, base, None) for f, last, base in batches)
+            entry.batches = [BatchRecord(f, last, base, None) for f, last, base in batches]
+            del entry.batches[:-MAX_TRACKED]
             self._producers[pid] = entry
 
     def __len__(self) -> int:

@@ -42,6 +42,9 @@ async def test_a_producer_with_a_batch_not_yet_committed_is_kept() -> None:
     assert before <= lg.producers.last_write(7) <= int(time.time() * 1000)
     assert lg.producers.expire(before + 10**9) == []  # in flight: its append may yet fail
     res.done.set_result(None)  # committed
+    assert lg.producers.expire(before - 1) == []  # not idle yet: it lets go of the future
+    dup = lg.producers.check(7, 0, 0, 0)[1]
+    assert dup is not None and dup.done is None and dup.base_offset == 0  # still a duplicate
     assert lg.producers.expire(before + 10**9) == [7]
 
 
