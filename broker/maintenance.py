@@ -222,14 +222,19 @@ class Maintenance:
 
     async def expire_producers(self, lg: PartitionLog, before_ms: int) -> list[int]:
         """Forget ``lg``'s producers that last wrote before ``before_ms`` (Kafka's
-        producer.id.expiration.ms), except those with a transaction open on it; the
-        snapshot is then due, so the next owner does not bring them back."""
+        producer.id.expiration.ms), except those with a transaction open on it, and
+        what the partition keeps of their ended transactions (the epoch of their last
+        marker: the transaction coordinator still fences an older epoch); the snapshot
+        is then due, so the next owner does not bring them back."""
         if not lg.producers.idle(before_ms):
             return []
         txns = await state_of(self.logs.meta, lg)  # loaded once per owner
         if not self._current(lg):
             return []
         gone = lg.producers.expire(before_ms, txns.open)
+        for pid in gone:  # its last markers go with it (the coordinator still fences)
+            txns.fenced.pop(pid, None)
+            txns.closed.pop(pid, None)
         if gone:
             self.stats["expired_producers"] += len(gone)
             if lg.snapshot_upto != -1:
