@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_BYTES = 8 << 20
 SNAPSHOT_SEGMENTS = 32
-SNAPSHOT_LIMIT = 2048  # producers per snapshot (the most recently written kept)
+# producers per snapshot, the most recently written kept: the first SNAPSHOT_FULL with
+# every batch tracked (up to 5), the rest with their last batch only (at most ~0.7 MB)
+SNAPSHOT_LIMIT = 16_384
+SNAPSHOT_FULL = 2048
 
 
 def due(lg: PartitionLog) -> bool:
@@ -52,7 +55,8 @@ def put_op(lg: PartitionLog) -> Put | None:
     (``LogManager``), so that the next owner replays nothing."""
     if lg.snapshot_upto == -1 and not len(lg.producers):
         return None
-    snap = ProducerSnapshot(lg.hw, tuple(lg.producers.snapshot(lg.hw, SNAPSHOT_LIMIT)))
+    producers = lg.producers.snapshot(lg.hw, SNAPSHOT_LIMIT, SNAPSHOT_FULL)
+    snap = ProducerSnapshot(lg.hw, tuple(producers))
     return Put(producers_key(lg.topic, lg.partition), snap.encode())
 
 

@@ -199,11 +199,13 @@ class ProducerState:
                     kept.append(BatchRecord(-1, seq - 1, -1, None))
             entry.batches = kept[-MAX_TRACKED:]
 
-    def snapshot(self, upto: int, limit: int) -> list[SnapshotProducer]:
+    def snapshot(self, upto: int, limit: int, full: int | None = None) -> list[SnapshotProducer]:
         """Each producer's tracked batches below ``upto`` (committed; a rollback floor
         counts; a producer with none there gets a floor before its first batch), for a
-        persisted snapshot (``broker.producer_snapshot``): at most
-        ``limit`` producers, those with a floor first, then the most recently written."""
+        persisted snapshot (``broker.producer_snapshot``): at most ``limit`` producers,
+        those with a floor first, then the most recently written; past the first
+        ``full`` of them (None: all) only each producer's last batch, which keeps its
+        place (the next sequence) and a retry of that batch recognised."""
         out: list[SnapshotProducer] = []
         for pid, entry in self._producers.items():
             batches = tuple(
@@ -217,9 +219,11 @@ class ProducerState:
                 batches = ((-1, entry.batches[0].first_seq - 1, -1),)
             if batches:
                 out.append((pid, entry.epoch, batches, entry.last_ms))
-        if len(out) > limit:
+        if len(out) > (limit if full is None else min(limit, full)):
             out.sort(key=lambda e: (e[2][-1][2] < 0, e[3], e[2][-1][2]), reverse=True)
             del out[limit:]
+            if full is not None:
+                out[full:] = [(p, e, b[-1:], t) for p, e, b, t in out[full:]]
         return out
 
     def restore(self, producers: Iterable[SnapshotProducer], now_ms: int) -> None:

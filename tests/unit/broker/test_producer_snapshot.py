@@ -13,7 +13,15 @@ from broker.meta.base import open_meta
 from broker.meta.schema import ProducerSnapshot, SegmentMeta, owner_key, producers_key
 from broker.partition import PartitionLog
 from broker.producer_rebuild import MAX_SEGMENTS, REPLAY_MAX_SEGMENTS, rebuild
-from broker.producer_snapshot import SNAPSHOT_BYTES, SNAPSHOT_SEGMENTS, due, write
+from broker.producer_snapshot import (
+    SNAPSHOT_BYTES,
+    SNAPSHOT_FULL,
+    SNAPSHOT_LIMIT,
+    SNAPSHOT_SEGMENTS,
+    due,
+    put_op,
+    write,
+)
 from broker.producers import ProducerState
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
@@ -62,6 +70,38 @@ def test_a_capped_snapshot_keeps_floors_and_the_most_recently_written() -> None:
     state.record(99, 0, 0, 0, 200, None, 0)
     state.rollback(200, {99: (0, 0, 200)})
     assert [e[0] for e in state.snapshot(1000, 4)] == [99, 3, 9, 8]
+
+
+def test_past_the_first_producers_a_snapshot_keeps_each_ones_last_batch_only() -> None:
+    state = ProducerState()
+    for pid in range(4):  # producer 3 wrote last
+        for seq in range(3):
+            state.record(pid, 0, seq, seq, pid * 10 + seq, None, 1000 + pid)
+    assert state.snapshot(1000, 3, 1) == [
+        (3, 0, ((0, 0, 30), (1, 1, 31), (2, 2, 32)), 1003),
+        (2, 0, ((2, 2, 22),), 1002),  # its place and its last batch
+        (1, 0, ((2, 2, 12),), 1001),
+    ]
+    restored = ProducerState()
+    restored.restore(state.snapshot(1000, 3, 1), 0)
+    assert restored.check(2, 0, 3, 3) == (ErrorCode.NONE, None)
+    assert restored.check(2, 0, 4, 4)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    dup = restored.check(1, 0, 2, 2)[1]
+    assert dup is not None and dup.base_offset == 12
+    assert restored.check(0, 0, 9, 9) == (ErrorCode.NONE, None)  # left out: unknown
+
+
+def test_the_largest_snapshot_stays_under_a_megabyte() -> None:
+    lg = _log([100])
+    for pid in range(SNAPSHOT_LIMIT + 100):
+        for seq in range(5):
+            lg.producers.record(pid, 0, seq, seq, 0, None, pid)
+    op = put_op(lg)
+    assert op is not None and len(op.value) < 1 << 20
+    snap = ProducerSnapshot.decode(op.value)
+    assert len(snap.producers) == SNAPSHOT_LIMIT
+    assert sum(len(p[2]) == 5 for p in snap.producers) == SNAPSHOT_FULL
+    assert min(p[3] for p in snap.producers) == 100  # the 100 written first left out
 
 
 def test_a_restored_producer_goes_on_from_its_last_sequence_and_knows_its_retries() -> None:
