@@ -7,7 +7,9 @@ Kafka client sends ``N`` Produce requests to one partition, each one batch of on
 100-byte record from a different producer id (as ``N`` short-lived idempotent producers
 would: a producer per task or per request leaves a new id each time). It then prints:
 
-- the broker's resident memory (``VmRSS``) before and after, and per producer;
+- the broker's resident memory (``VmRSS``) before and after, and per producer beyond
+  what the same requests cost without producer ids (a first run of this tree: the log,
+  its manifest, the cache);
 - the ``kafscale_producer_ids`` gauge (this tree; a tree without it prints ``-``);
 - with expiry (this tree only: ``--expiration-ms``, checked every second), the gauge and
   the RSS once every producer has expired, and how long that took after the last write;
@@ -49,7 +51,9 @@ def _gauge(metrics_url: str) -> float | None:
     return None
 
 
-async def _produce(port: int, topic: str, producers: int, first_id: int = 10_000) -> None:
+async def _produce(
+    port: int, topic: str, producers: int, first_id: int = 10_000, plain: bool = False
+) -> None:
     from kafka.protocol.producer import ProduceResponse
 
     from protocol.records import build_batch
@@ -72,12 +76,15 @@ async def _produce(port: int, topic: str, producers: int, first_id: int = 10_000
         while sent < producers:
             n = min(WINDOW, producers - sent)
             for i in range(sent, sent + n):
-                batch = build_batch(
-                    [(None, value, None)],
-                    producer_id=first_id + i,
-                    producer_epoch=0,
-                    base_sequence=0,
-                )
+                if plain:  # the same requests without a producer: what they cost besides
+                    batch = build_batch([(None, value, None)])
+                else:
+                    batch = build_batch(
+                        [(None, value, None)],
+                        producer_id=first_id + i,
+                        producer_epoch=0,
+                        base_sequence=0,
+                    )
                 writer.write(kr.request_bytes(kr.produce_request(topic, 0, batch), 8, i + 1))
             await writer.drain()
             await answers(n)
@@ -87,14 +94,16 @@ async def _produce(port: int, topic: str, producers: int, first_id: int = 10_000
         await writer.wait_closed()
 
 
-def run_tree(tree: Path | None, producers: int, expiration_ms: int) -> dict[str, float | None]:
+def run_tree(
+    tree: Path | None, producers: int, expiration_ms: int, plain: bool = False
+) -> dict[str, float | None]:
     from tests.fixtures.broker import BrokerProcess, free_port
 
     workdir = Path(tempfile.mkdtemp(prefix="producer-ids-"))
     port, http = free_port(), free_port()
     args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
             "--node-id", "0", "--workers", "1", "--log-level", "WARNING"]  # fmt: skip
-    if tree is None and expiration_ms > 0:
+    if tree is None and expiration_ms > 0 and not plain:
         args += ["--producer-id-expiration-ms", str(expiration_ms),
                  "--producer-id-expiration-check-interval-ms", "1000"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
@@ -108,11 +117,11 @@ def run_tree(tree: Path | None, producers: int, expiration_ms: int) -> dict[str,
         create_topics(broker.bootstrap, [topic], 1)
         asyncio.run(_produce(port, topic, 1))  # the partition taken, its first segment
         out["rss_before"] = _rss_mib(broker.pid)
-        asyncio.run(_produce(port, topic, producers))
+        asyncio.run(_produce(port, topic, producers, plain=plain))
         written = time.monotonic()
         out["rss_after"] = _rss_mib(broker.pid)
         out["gauge_after"] = _gauge(metrics)
-        if tree is None and expiration_ms > 0:
+        if tree is None and expiration_ms > 0 and not plain:
             deadline = written + expiration_ms / 1000 + 120
             while (_gauge(metrics) or 0) > 0:  # a bench phase: until the loop expires them
                 if time.monotonic() > deadline:
@@ -143,13 +152,21 @@ def main(argv: list[str] | None = None) -> int:
     trees: list[tuple[str, Path | None]] = [("this tree", None)]
     if args.base_tree is not None:
         trees.append(("base", args.base_tree))
+    r = run_tree(None, args.producers, 0, plain=True)
+    base_growth = (r["rss_after"] or 0.0) - (r["rss_before"] or 0.0)
+    print(
+        f"plain    : {args.producers} requests without a producer id: RSS"
+        f" {_fmt(r['rss_before'])} -> {_fmt(r['rss_after'])} MiB (the log, its manifest, ...)",
+        flush=True,
+    )
     for name, tree in trees:
         r = run_tree(tree, args.producers, args.expiration_ms)
         before, after = r["rss_before"] or 0.0, r["rss_after"] or 0.0
-        per = (after - before) * (1 << 20) / args.producers
+        per = (after - before - base_growth) * (1 << 20) / args.producers
         line = (
             f"{name:9}: {args.producers} producers: RSS {before:.1f} -> {after:.1f} MiB"
-            f" ({per:.0f} B per producer), producer_ids {_fmt(r['gauge_after'], '.0f')}"
+            f" ({per:.0f} B per producer beyond the plain run),"
+            f" producer_ids {_fmt(r['gauge_after'], '.0f')}"
         )
         if "rss_expired" in r:
             line += (
