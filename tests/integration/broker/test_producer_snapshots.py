@@ -10,6 +10,7 @@ Produce requests (tests/integration/broker/test_idempotent_failures.py)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.meta.schema import ProducerSnapshot, producers_key
 from broker.producer_rebuild import MAX_SEGMENTS
+from broker.producer_snapshot import SNAPSHOT_LIMIT
 from broker.server import Broker
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
@@ -46,6 +48,10 @@ def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
         meta_url=request.getfixturevalue("etcd_url"),
         meta_prefix=f"/snap-{uuid.uuid4().hex[:8]}",
     )
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 async def _stored(b: Broker) -> ProducerSnapshot:
@@ -126,4 +132,41 @@ async def test_a_hand_off_leaves_a_snapshot_at_the_log_end(cfg: BrokerConfig) ->
     finally:
         await conn.close()
         node.logs.store = store.inner
+        await node.stop()
+
+
+async def test_the_largest_snapshot_passes_through_the_metadata_store(cfg: BrokerConfig) -> None:
+    """A partition with more producers than a snapshot holds: the largest snapshot
+    (~0.7 MB) goes through a maintenance put and the hand-off's release transaction of
+    the real store (etcd's request limit is 1.5 MiB by default), and the next owner
+    restores the SNAPSHOT_LIMIT producers written last."""
+    first = Broker(cfg)
+    await first.start()
+    many = SNAPSHOT_LIMIT + 50
+    try:
+        await first.topics.create(TOPIC, 1)
+        conn = await Pipelined.open(first)
+        assert await conn.answer(conn.send(0, "a")) == (ErrorCode.NONE, 0)  # producer 4242
+        await conn.close()
+        lg = await first.logs.get(TOPIC, 0)
+        for pid in range(many):  # as if each had written 5 batches below the log end
+            for seq in range(5):
+                lg.producers.record(10**6 + pid, 0, seq, seq, 1, None, now_ms() - many + pid)
+        maintenance = first.logs.maintenance
+        assert maintenance is not None
+        await maintenance.run_once()
+        snap = await _stored(first)
+        assert len(snap.producers) == SNAPSHOT_LIMIT
+        assert 4242 in {p[0] for p in snap.producers}  # written last of all
+    finally:
+        await first.stop()  # the release puts it again
+    node = Broker(cfg)
+    await node.start()
+    try:
+        lg = await node.logs.get(TOPIC, 0)
+        assert len(lg.producers) == SNAPSHOT_LIMIT
+        assert lg.producers.last_write(10**6) == -1  # the 50 written first left out
+        assert lg.producers.last_write(10**6 + many - 1) > 0
+        assert lg.producers.check(4242, 0, 2, 2) == (ErrorCode.NONE, None)
+    finally:
         await node.stop()
