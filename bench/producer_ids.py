@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import struct
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bench.broker_run import create_topics
+from bench.takeover import local_broker
 
 WINDOW = 256  # Produce requests in flight
 
@@ -97,20 +96,12 @@ async def _produce(
 def run_tree(
     tree: Path | None, producers: int, expiration_ms: int, plain: bool = False
 ) -> dict[str, float | None]:
-    from tests.fixtures.broker import BrokerProcess, free_port
-
-    workdir = Path(tempfile.mkdtemp(prefix="producer-ids-"))
-    port, http = free_port(), free_port()
-    args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
-            "--node-id", "0", "--workers", "1", "--log-level", "WARNING"]  # fmt: skip
+    extra: list[str] = []
     if tree is None and expiration_ms > 0 and not plain:
-        args += ["--producer-id-expiration-ms", str(expiration_ms),
+        extra = ["--producer-id-expiration-ms", str(expiration_ms),
                  "--producer-id-expiration-check-interval-ms", "1000"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree.resolve())
-    broker = BrokerProcess(workdir, port, args, env).start()
-    metrics = f"http://127.0.0.1:{http}/metrics"
+    broker, metrics, workdir = local_broker(tree, "producer-ids-", extra)
+    port = broker.port
     topic = "producer-ids"
     out: dict[str, float | None] = {}
     try:

@@ -27,10 +27,14 @@ import shutil
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.broker_run import create_topics
+
+if TYPE_CHECKING:
+    from tests.fixtures.broker import BrokerProcess
 
 MSG = 1024
 SETTLE_S = 8.0  # merges of the produce's small segments (merge interval 1 s)
@@ -88,18 +92,27 @@ def _first_produce(bootstrap: str, topic: str, partitions: int) -> float:
     return took
 
 
-def run_tree(tree: Path | None, mode: str, mib: int, partitions: int) -> dict[str, float]:
+def local_broker(
+    tree: Path | None, prefix: str, extra: Sequence[str] = ()
+) -> tuple[BrokerProcess, str, Path]:
+    """A broker process of ``tree`` (None: this one) on the local store and the embedded
+    metadata store in a fresh directory, with ``/metrics``: (process, its metrics URL,
+    the directory). The caller stops it by PID and removes the directory."""
     from tests.fixtures.broker import BrokerProcess, free_port
 
-    workdir = Path(tempfile.mkdtemp(prefix="takeover-"))
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
     port, http = free_port(), free_port()
     args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
-            "--node-id", "0", "--workers", "1", "--log-level", "WARNING"]  # fmt: skip
+            "--node-id", "0", "--workers", "1", "--log-level", "WARNING", *extra]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
     if tree is not None:
         env["PYTHONPATH"] = str(tree.resolve())
     broker = BrokerProcess(workdir, port, args, env).start()
-    metrics = f"http://127.0.0.1:{http}/metrics"
+    return broker, f"http://127.0.0.1:{http}/metrics", workdir
+
+
+def run_tree(tree: Path | None, mode: str, mib: int, partitions: int) -> dict[str, float]:
+    broker, metrics, workdir = local_broker(tree, "takeover-")
     topic = "takeover"
     try:
         create_topics(broker.bootstrap, [topic], partitions)

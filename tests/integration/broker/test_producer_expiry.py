@@ -24,7 +24,7 @@ from broker.config import BrokerConfig
 from broker.server import Broker
 from protocol.errors import ErrorCode
 from tests.fixtures.broker import free_port, start_broker
-from tests.fixtures.inprocess import local_config
+from tests.fixtures.inprocess import meta_config
 from tests.integration.broker.test_flush_pipeline import TOPIC
 from tests.integration.broker.test_idempotent_failures import PID, Pipelined
 from tests.integration.broker.test_producer_snapshot_faults import stored
@@ -39,19 +39,13 @@ def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
     # the maintenance loop never comes round by itself: the tests run its passes; real
     # clients follow the advertised port
     port = free_port()
-    quiet: dict[str, Any] = {
-        "listen_port": port,
-        "advertised_port": port,
-        "retention_check_interval_ms": 10**9,
-        "producer_id_expiration_check_interval_ms": 10**9,
-    }
-    if request.param == "embedded":
-        return local_config(tmp_path, **quiet)
-    return local_config(
+    return meta_config(
+        request,
         tmp_path,
-        **quiet,
-        meta_url=request.getfixturevalue("etcd_url"),
-        meta_prefix=f"/expiry-{uuid.uuid4().hex[:8]}",
+        listen_port=port,
+        advertised_port=port,
+        retention_check_interval_ms=10**9,
+        producer_id_expiration_check_interval_ms=10**9,
     )
 
 

@@ -11,7 +11,6 @@ Produce requests (tests/integration/broker/test_idempotent_failures.py)."""
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from broker.producer_snapshot import SNAPSHOT_LIMIT
 from broker.server import Broker
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
-from tests.fixtures.inprocess import local_config
+from tests.fixtures.inprocess import meta_config
 from tests.integration.broker.test_ambiguous_commits import values
 from tests.integration.broker.test_flush_pipeline import TOPIC
 from tests.integration.broker.test_idempotent_failures import (
@@ -39,15 +38,7 @@ PLAIN = MAX_SEGMENTS + 6  # one segment each: the producer's batch leaves the wi
 @pytest.fixture(params=["embedded", "etcd"])
 def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
     # the maintenance loop never comes round by itself: the tests run its passes
-    quiet = {"retention_check_interval_ms": 10**9}
-    if request.param == "embedded":
-        return local_config(tmp_path, **quiet)
-    return local_config(
-        tmp_path,
-        **quiet,
-        meta_url=request.getfixturevalue("etcd_url"),
-        meta_prefix=f"/snap-{uuid.uuid4().hex[:8]}",
-    )
+    return meta_config(request, tmp_path, retention_check_interval_ms=10**9)
 
 
 def now_ms() -> int:
