@@ -276,6 +276,10 @@ def _redact(url: str) -> str:
     return _SECRET_PARAM.sub(r"\1***", url)
 
 
+#: Kafka clients' default delivery.timeout.ms: producer ids should outlive it by far
+CLIENT_DELIVERY_TIMEOUT_MS = 120_000
+
+
 async def serve(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, then shut down cleanly (flush + release)."""
     broker = Broker(config)
@@ -290,6 +294,14 @@ async def serve(config: BrokerConfig) -> None:
         _redact(config.store_url),
         _redact(config.meta_url),
     )
+    if 0 < config.producer_id_expiration_ms < CLIENT_DELIVERY_TIMEOUT_MS:
+        log.warning(
+            "--producer-id-expiration-ms %d is below the clients' default delivery.timeout.ms"
+            " (%d): a producer may be forgotten while a failed request of it still waits for"
+            " its retry, and a later batch of it accepted past the gap",
+            config.producer_id_expiration_ms,
+            CLIENT_DELIVERY_TIMEOUT_MS,
+        )
     for x in config.security.listeners:
         log.info(
             "listener %s (%s) on %s:%d, advertised %s:%d",

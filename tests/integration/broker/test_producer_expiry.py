@@ -155,6 +155,7 @@ def test_the_flags_turn_expiry_on_in_a_broker_process(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the idle producer was never forgotten"
             time.sleep(0.2)  # polls the broker's answer, not a timing assumption
         # a later write of the same producer (sequence 5) is accepted
+        assert "--producer-id-expiration-ms 1 is below" in proc.log_text()  # warned at start
         acks: list[tuple[Any, Any]] = []
         p.produce(
             topic,
