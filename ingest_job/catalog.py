@@ -133,6 +133,9 @@ def partition_spec(partition_by: str) -> PartitionSpec:
     )
 
 
+CREATE_ATTEMPTS = 3
+
+
 def open_catalog(name: str | None, data_dir: str = "./data") -> Catalog:
     """The pyiceberg catalog ``name`` if configured, else the embedded SQLite catalog."""
     cname = name or "default"
@@ -147,12 +150,22 @@ def open_catalog(name: str | None, data_dir: str = "./data") -> Catalog:
             )
         root = os.path.abspath(os.path.join(data_dir, "iceberg"))
         os.makedirs(os.path.join(root, "warehouse"), exist_ok=True)
-        return load_catalog(
-            "kafscale",
-            type="sql",
-            uri=f"sqlite:///{root}/catalog.db",
-            warehouse=f"file://{root}/warehouse",
-        )
+        for attempt in range(CREATE_ATTEMPTS):
+            try:
+                return load_catalog(
+                    "kafscale",
+                    type="sql",
+                    uri=f"sqlite:///{root}/catalog.db",
+                    warehouse=f"file://{root}/warehouse",
+                )
+            except Exception as exc:
+                # two runs opening a new catalog together both create its tables; the
+                # one that loses finds them made ("table ... already exists"): opening
+                # again then finds them, as a later run would
+                if "already exists" not in str(exc) or attempt == CREATE_ATTEMPTS - 1:
+                    raise
+                log.info("catalog tables created by a concurrent run; opening again")
+        raise AssertionError("unreachable")
     except IngestError:
         raise
     except Exception as exc:

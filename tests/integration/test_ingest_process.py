@@ -87,6 +87,23 @@ def _finish(proc: subprocess.Popen[str]) -> str:
     return out
 
 
+def _finish_all(*procs: subprocess.Popen[str]) -> list[str]:
+    """``_finish`` for runs started together: every one is waited for (and killed by its
+    PID if a wait fails) before any result is checked."""
+    outs: list[str] = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=RUN_TIMEOUT)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for proc, out in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, out[-3000:]
+    return outs
+
+
 def _rows(env: KafsEnv, table: str) -> list[Rec]:
     catalog = cat.open_catalog(None, str(env.data_dir))
     return rows_of(catalog.load_table(("kafscale", table)).scan().to_arrow().to_pylist())
@@ -130,8 +147,7 @@ async def test_killed_runs_then_rerun_exactly_once(env: KafsEnv) -> None:
 
 async def test_two_runs_started_together_exactly_once(env: KafsEnv) -> None:
     want = await _data(env, ["cc"])
-    first, second = _start(env, "cc"), _start(env, "cc")
-    outs = [_finish(first), _finish(second)]
+    outs = _finish_all(_start(env, "cc"), _start(env, "cc"))
     assert _rows(env, "cc") == want["cc"]
     committed = [o for o in outs if "committed 240 rows" in o]
     assert len(committed) >= 1, outs

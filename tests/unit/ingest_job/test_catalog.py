@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -186,3 +187,32 @@ def test_ensure_namespace_lost_race_to_a_concurrent_run(
     cat.ensure_namespace(mine, NS)
     assert raced == [False] and real(NS)
     cat.ensure_table(mine, NS, "t", "day")  # the namespace is usable
+
+
+def _open_together(data_dir: str, n: int) -> list[str]:
+    """Open the embedded catalog of ``data_dir`` from ``n`` threads released together;
+    the errors they met."""
+    errors: list[str] = []
+    barrier = threading.Barrier(n)
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            cat.open_catalog(None, data_dir)
+        except Exception as exc:  # collected: the caller's assertion names it
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=open_it) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_runs_opening_a_new_embedded_catalog_together_all_open_it(tmp_path: Path) -> None:
+    """Each run creates the SQLite catalog's tables when it opens it; started together
+    (two ingest processes, here six threads at a barrier), the losers found them
+    already made and failed with "table iceberg_tables already exists"."""
+    for round_ in range(5):
+        assert _open_together(str(tmp_path / f"r{round_}"), 6) == []
