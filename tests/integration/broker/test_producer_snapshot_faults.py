@@ -119,3 +119,38 @@ async def test_a_woken_zombie_writes_no_snapshot_and_releases_nothing(
     assert await stored(b) == kept
     okey = await b.meta.get(owner_key(TOPIC, 0))
     assert okey is not None and okey.value == owner.owner_value
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+async def test_an_expirys_snapshot_rewrite_of_unknown_outcome_converges(
+    node: tuple[Broker, FlakyMeta], applied: bool
+) -> None:
+    """Producer id expiration rewrites the snapshot without the expired producer. When
+    that put's outcome is unknown, the next owner either does not know the producer
+    (applied) or restores it from the old snapshot with its old last write (not
+    applied), so the next pass expires it at once and the snapshot converges."""
+    b, meta = node
+    maintenance = b.logs.maintenance
+    assert maintenance is not None
+    lg = await b.logs.get(TOPIC, 0)
+    assert await produce(b, lg, 0) == 0
+    end = lg.hw
+    await maintenance.run_once()  # the first snapshot, with the producer
+    assert await stored(b) == ProducerSnapshot(end, ((PID, 0, ((0, 1, 0),), 0),))
+    written = lg.producers.last_write(PID)
+    later = int(time.time() * 1000) + b.config.producer_id_expiration_ms + 60_000
+    meta.arm(puts_under("/producers"), apply=applied)
+    await maintenance.run_once(expire_at_ms=later)  # expired; the rewrite "fails"
+    assert meta.hits == 1 and len(lg.producers) == 0
+    kept = await stored(b)
+    assert kept == ProducerSnapshot(end, () if applied else ((PID, 0, ((0, 1, 0),), 0),))
+    b.logs.drop(lg, "test: the next take starts from the store")
+    taken = await b.logs.get(TOPIC, 0)
+    assert taken.producers.last_write(PID) == (-1 if applied else written)
+    # the next pass's steps (the partition is in its back-off after the failed put)
+    await maintenance.expire_producers(taken, later - b.config.producer_id_expiration_ms)
+    assert len(taken.producers) == 0
+    assert due(taken) is not applied  # not applied: rewritten without it now
+    assert await write(b.meta, taken)
+    assert await stored(b) == ProducerSnapshot(end, ())
+    assert check(taken, 10, 11) == (ErrorCode.NONE, None)  # unknown: any sequence
