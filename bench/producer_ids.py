@@ -25,12 +25,11 @@ import asyncio
 import shutil
 import struct
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bench.broker_run import create_topics
-from bench.takeover import local_broker
+from bench.takeover import local_broker, metric
 
 WINDOW = 256  # Produce requests in flight
 
@@ -43,11 +42,7 @@ def _rss_mib(pid: int) -> float:
 
 
 def _gauge(metrics_url: str) -> float | None:
-    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith("kafscale_producer_ids "):
-                return float(line.rsplit(" ", 1)[1])
-    return None
+    return metric(metrics_url, "kafscale_producer_ids")
 
 
 async def _produce(

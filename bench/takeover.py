@@ -65,12 +65,18 @@ def _fill(bootstrap: str, topic: str, partitions: int, mib: int) -> None:
         raise RuntimeError(f"{left} records not delivered")
 
 
-def _get_bytes(metrics_url: str) -> float:
+def metric(metrics_url: str, series: str) -> float | None:
+    """The value of one series (name and labels, as exposed) of ``/metrics``; None when
+    the broker does not export it."""
     with urllib.request.urlopen(metrics_url, timeout=5) as resp:
         for line in resp.read().decode().splitlines():
-            if line.startswith('kafscale_store_bytes_total{op="get"}'):
+            if line.startswith(series + " "):
                 return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return None
+
+
+def _get_bytes(metrics_url: str) -> float:
+    return metric(metrics_url, 'kafscale_store_bytes_total{op="get"}') or 0.0
 
 
 def _first_produce(bootstrap: str, topic: str, partitions: int) -> float:

@@ -99,7 +99,6 @@ class Maintenance:
             "failures": 0,
             "reclaimed_bytes": 0,
             "expired_producers": 0,
-            "expiry_passes": 0,
         }
 
     def start(self) -> None:
@@ -188,7 +187,6 @@ class Maintenance:
                 self._next_expiry = now + cfg.producer_id_expiration_check_interval_ms / 1000
                 wall = int(time.time() * 1000) if expire_at_ms is None else expire_at_ms
                 expiry = wall - cfg.producer_id_expiration_ms
-                self.stats["expiry_passes"] += 1
         for tp, (due, lg) in list(self._sweeps.items()):
             if not self._current(lg):
                 self._sweeps.pop(tp, None)

@@ -107,6 +107,8 @@ async def rebuild(
     (``LogManager``: the segment loader's, bounded per broker), so many small segments
     cost few round trips. Sets ``lg.snapshot_upto`` (-1: no snapshot; -2: one that must
     be rewritten). Raises the store's error when a segment cannot be read now."""
+    now_ms = int(time.time() * 1000)  # a restored producer without a time; a segment
+    # without its commit time
     snap = _decode(lg, stored)
     segs = replay_range(lg, snap) if snap is not None else None
     start = 0
@@ -123,11 +125,10 @@ async def rebuild(
                 for p in snap.producers
                 if p[2][-1][2] >= lg.log_start or (p[2][-1][2] < 0 and floors)
             ),
-            int(time.time() * 1000),
+            now_ms,
         )
     if segs is None:
         segs = window(lg.segments)
-    now_ms = int(time.time() * 1000)  # for a segment without its commit time
     for i, seg in enumerate(segs):
         ahead(segs[i + 1 :])
         try:

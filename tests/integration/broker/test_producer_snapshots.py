@@ -10,7 +10,6 @@ Produce requests (tests/integration/broker/test_idempotent_failures.py)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from tests.integration.broker.test_idempotent_failures import (
     UnreadableStore,
     no_snapshot_at_release,
 )
+from tests.integration.broker.test_producer_expiry import now_ms
 from tests.integration.broker.test_producer_snapshot_faults import stored
 
 PLAIN = MAX_SEGMENTS + 6  # one segment each: the producer's batch leaves the window
@@ -39,10 +39,6 @@ PLAIN = MAX_SEGMENTS + 6  # one segment each: the producer's batch leaves the wi
 def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
     # the maintenance loop never comes round by itself: the tests run its passes
     return meta_config(request, tmp_path, retention_check_interval_ms=10**9)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def _stored(b: Broker) -> ProducerSnapshot:
