@@ -34,6 +34,7 @@ from bench.broker_run import FULL, QUICK, Plan, run_targets, warm_up
 from bench.broker_sweep import format_sweep, run_partition_sweep, run_sweep
 from bench.broker_targets import (
     MIB,
+    SHARED_ARGS,
     TARGETS,
     BrokerLimits,
     Target,
@@ -50,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.broker", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="~1 minute run (smaller volumes)")
     p.add_argument("--targets", default="local,s3,mock",
-                   help="subset of base,local,noval,etcd,workers,s3,mock")  # fmt: skip
+                   help=f"subset of {','.join(TARGETS)}")  # fmt: skip
     p.add_argument("--workers", type=int, default=2,
                    help="processes of the 'workers' target (etcd, local store)")  # fmt: skip
     p.add_argument("--messages", type=int, help="messages per full-speed run")
@@ -107,11 +108,10 @@ def _open_target(
         workers = args.workers if name == "workers" else 1
         extra = [*args.broker_arg, *args.local_arg]
         return stack.enter_context(etcd_target(name, workdir / name, limits, extra, workers))
-    if name == "s3":
-        return stack.enter_context(
-            s3_target(workdir / "s3", limits, [*args.broker_arg, *args.s3_arg])
-        )
-    extra = [*args.broker_arg, *args.local_arg]
+    if name in ("s3", "s3shared"):
+        extra = [*args.broker_arg, *args.s3_arg, *(SHARED_ARGS if name == "s3shared" else [])]
+        return stack.enter_context(s3_target(workdir / name, limits, extra, name))
+    extra = [*args.broker_arg, *args.local_arg, *(SHARED_ARGS if name == "shared" else [])]
     return stack.enter_context(broker_target(name, workdir / name, None, limits, extra))
 
 

@@ -68,7 +68,10 @@ def format_sweep(sweep: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-COUNTERS = ("kafscale_flush_cycles_total", "kafscale_txns_total", "kafscale_segments_total")
+COUNTERS = (
+    "kafscale_flush_cycles_total", "kafscale_txns_total", "kafscale_segments_total",
+    "kafscale_shared_objects_total", "kafscale_shared_segments_total",
+)  # fmt: skip
 
 
 def _counters(url: str | None) -> dict[str, float]:
@@ -125,12 +128,17 @@ def run_partition_sweep(
                 "flush_cycles": d["kafscale_flush_cycles_total"],
                 "txns_per_cycle": d["kafscale_txns_total"] / cycles,
                 "segments_per_cycle": d["kafscale_segments_total"] / cycles,
+                "objects_per_cycle": (
+                    d["kafscale_segments_total"] - d["kafscale_shared_segments_total"]
+                    + d["kafscale_shared_objects_total"]
+                ) / cycles,
                 **waits(hist, scrape_buckets(t.metrics_url)),
             }  # fmt: skip
             out[t.name].append(point)
             print(f"  partitions {t.name:<7} {n:>5}: {mbs:7.1f} MB/s  p99 {res['p99_ms']:8.1f} ms"
                   f"  CPU {point['server_cpu_ms_per_mb'] or 0:5.1f} ms/MB  txns/cycle"
                   f" {point['txns_per_cycle']:.2f}  segs/cycle {point['segments_per_cycle']:.1f}"
+                  f"  objects/cycle {point['objects_per_cycle']:.1f}"
                   f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}  commit p99"
                   f" {point.get('commit_p99_ms', math.nan):6.1f}  Produce p99"
                   f" {point.get('broker_p99_ms', math.nan):6.1f} ms  ({client},"

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MIB = 1 << 20
-TARGETS = ("base", "local", "noval", "etcd", "workers", "s3", "mock")
+TARGETS = ("base", "local", "shared", "noval", "etcd", "workers", "s3", "s3shared", "mock")
+# the ``shared`` and ``s3shared`` targets: ``local`` and ``s3`` writing a flush cycle's
+# small segments as one shared object (docs/format.md, "Shared objects")
+SHARED_ARGS = ["--shared-objects-min-partitions=2"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,13 +279,15 @@ def etcd_target(
 
 
 @contextlib.contextmanager
-def s3_target(workdir: Path, limits: BrokerLimits, extra: list[str]) -> Iterator[Target]:
+def s3_target(
+    workdir: Path, limits: BrokerLimits, extra: list[str], name: str = "s3"
+) -> Iterator[Target]:
     from tests.fixtures.s3 import create_bucket, run_seaweedfs
 
     with run_seaweedfs(S3_VOLUME_MB) as endpoint:
         bucket = create_bucket(endpoint)
         url = endpoint.store_url(bucket, "bench")
-        with broker_target("s3", workdir, url, limits, extra) as target:
+        with broker_target(name, workdir, url, limits, extra) as target:
             target.store_pid = endpoint.pid
             yield target
 

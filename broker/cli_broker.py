@@ -94,6 +94,19 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "with no flush cycle in flight, start one at once instead of waiting out "
         "--flush-interval-ms (default true; false: batch by time, fewer larger objects)",
     ),
+    (
+        "shared-objects-min-partitions",
+        "shared_objects_min_partitions",
+        int,
+        "a flush cycle with small segments of at least this many partitions writes them as "
+        'one shared object (default 0 = never; docs/operations.md, "Shared objects")',
+    ),
+    (
+        "shared-sweep-interval-ms",
+        "shared_sweep_interval_ms",
+        int,
+        "how often the controller deletes shared objects no entry names (default 300000)",
+    ),
     ("cache-bytes", "cache_bytes", int, "segment cache size in bytes"),
     (
         "readahead-bytes",

@@ -33,6 +33,11 @@ class BrokerConfig:
     # (False: batch by time, fewer and larger objects at low load)
     flush_when_idle: bool = True
     flush_concurrency: int = 16
+    # a flush cycle of at least this many partitions writes their segments as ONE shared
+    # object (segments/shared.py, docs/format.md "Shared objects"); 0: never
+    shared_objects_min_partitions: int = 0
+    # how often the controller looks for shared objects no entry can name any more
+    shared_sweep_interval_ms: int = 300_000
     max_request_bytes: int = 100 * 1024 * 1024
     # announced bytes of partially received frames, per broker (Kafka's
     # queued.max.request.bytes); a frame waits for room before its bytes are read

@@ -18,6 +18,9 @@ broker ever deletes an object that a manifest entry references or may yet refere
   time, and (b) written under a lower epoch of this topic incarnation, or by an earlier
   incarnation, or under a legacy name. An object of a lower epoch that the manifest does
   not name can never be named again: its writer was fenced when this owner took over.
+- **Shared objects** (docs/format.md, "Shared objects") are never deleted here: a
+  retired range only leaves the cache; the shared sweep (``broker.shared_sweep``) deletes
+  the object once no entry names any of its segments and none can any more.
 - **Topic deletion** removes every object under the topic's prefix except those whose
   names carry another topic id: a topic re-created under the name keeps what it writes
   (``topic_garbage``).
@@ -39,6 +42,7 @@ from broker.meta.base import Get, MetaStoreError
 from broker.meta.schema import entry_base, segments_prefix
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from segments.format import index_key_for, parse_object_name, partition_prefix, topic_tag
+from segments.shared import is_range_key
 from segments.store import ObjectInfo, ObjectStore, StoreError
 
 if TYPE_CHECKING:
@@ -108,6 +112,8 @@ class ObjectDeleter:
         for seg in segs:
             key = self.logs.object_key(lg, seg)
             self.logs.cache.evict(key)  # readers that already hold it keep their reference
+            if is_range_key(key):  # a shared object's: the shared sweep (broker/shared_sweep.py)
+                continue
             # a version 2 object has its index inside: no DELETE of an ``.index`` that
             # cannot exist (entries that do not record their version: both, as before)
             both = (key, index_key_for(key)) if seg.has_index_object else (key,)

@@ -30,6 +30,7 @@ from broker.commit import CommitResult, Outcome
 from broker.meta.base import Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, SegmentMeta
+from broker.shared_objects import SharedWriter
 from protocol.errors import ErrorCode
 from segments.format import (
     BuiltSegment,
@@ -38,6 +39,7 @@ from segments.format import (
     parse_index,
     partition_prefix,
 )
+from segments.shared import is_range_key
 from segments.store import PutItem, put_all
 
 if TYPE_CHECKING:
@@ -75,7 +77,11 @@ class Flusher:
         self._task: asyncio.Task[None] | None = None
         # flush cycles in flight: the next one uploads while the last one commits
         self._cycles: list[asyncio.Task[None]] = []
-        self.stats = {"flush_cycles": 0, "segments": 0, "segment_bytes": 0, "txns": 0}
+        self.stats = {
+            "flush_cycles": 0, "segments": 0, "segment_bytes": 0, "txns": 0,
+            "shared_objects": 0, "shared_segments": 0,
+        }  # fmt: skip
+        self.shared = SharedWriter(logs)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="flusher")
@@ -227,22 +233,35 @@ class Flusher:
                 *(self._build(lg, pend) for lg, pend in jobs), return_exceptions=True
             )
         )
-        items = [
+        shared = self.shared.place(jobs, built)  # the small segments as one object
+        if shared is not None:
+            built = shared.built
+        items = [  # one object per other partition (its index is its trailer)
             PutItem(b.key, [b.data], b.segment.crc32c)
             for b in built
-            if not isinstance(b, BaseException)
+            if not isinstance(b, BaseException) and not is_range_key(b.key)
         ]
+        if shared is not None:
+            items.insert(0, shared.item)
         faults.checkpoint("flush.before_put")
-        # one object per partition (its index is its trailer)
         put_started = time.perf_counter()
-        results = iter(await put_all(self.logs.store, items, self.config.flush_concurrency))
+        put = await put_all(self.logs.store, items, self.config.flush_concurrency)
         took = time.perf_counter() - put_started
+        first: str | BaseException = ""
+        if shared is not None:
+            first, put = put[0], put[1:]
+            if isinstance(first, BaseException):
+                await self.shared.discard(shared)
+            else:
+                self.stats["shared_objects"] += 1
+                self.stats["shared_segments"] += len(shared.item.data) - 1
+        results = iter(put)
         out: list[SegmentMeta | BaseException] = []
         for (lg, pend), b in zip(jobs, built, strict=True):
             if isinstance(b, BaseException):
                 out.append(b)
                 continue
-            res = next(results)
+            res = first if is_range_key(b.key) else next(results)
             if isinstance(res, BaseException):
                 # never committed, and the name is ours alone: nothing else can need it
                 await self.logs.discard(lg, [b.key])

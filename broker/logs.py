@@ -51,9 +51,11 @@ from broker.partition import (
 from broker.producer_rebuild import rebuild
 from broker.reads import Reader
 from broker.segment_loader import Piece
+from broker.shared_sweep import SharedSweeper
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
 from segments.format import partition_prefix
+from segments.shared import is_range_key
 from segments.store import ObjectStore, StoreError
 
 if TYPE_CHECKING:
@@ -95,10 +97,17 @@ class LogManager:
         self.reader = Reader(self)
         self.stats = self.flusher.stats
         self.maintenance: Maintenance | None = None
+        self.shared_sweep = SharedSweeper(config, meta, lambda: self.store, self._controls)
+
+    def _controls(self) -> bool:
+        """Whether this broker runs the cluster-wide shared sweep: it is the controller and
+        its lease is known alive."""
+        return self.cluster.controller_id() == self.config.node_id and self.cluster.lease_valid()
 
     async def start(self) -> None:
         self.maintenance = Maintenance(self)
         self.maintenance.start()
+        self.shared_sweep.start()
         self.flusher.start()
         self.cluster.add_listener(self._on_membership)
         self.cluster.on_lease_lost(self._drop_all)
@@ -119,6 +128,7 @@ class LogManager:
                 await self._reconcile_task
         if self.maintenance is not None:
             await self.maintenance.stop()
+        await self.shared_sweep.stop()
         for lg in list(self.logs.values()):
             lg.state = RELEASING
         await self.flush_all()
@@ -163,6 +173,8 @@ class LogManager:
         every segment with its index inside (docs/format.md): there is no index object."""
         for key in keys:
             self.cache.evict(key)
+            if is_range_key(key):  # its shared object holds other partitions' segments:
+                continue  # the shared sweep deletes it once none is named
             try:
                 await self.store.delete(key)
             except StoreError as exc:  # a later owner's sweep collects it

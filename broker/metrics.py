@@ -97,6 +97,23 @@ LOG_COUNTERS: dict[str, tuple[str, str]] = {
     "segments": ("segments", "Segments written to the object store by flushes."),
     "segment_bytes": ("segment_bytes", "Bytes of the segments written by flushes."),
     "txns": ("txns", "Metadata transactions committed by flushes."),
+    "shared_objects": (
+        "shared_objects",
+        "Shared objects written by flushes, each holding many partitions' segments.",
+    ),
+    "shared_segments": (
+        "shared_segments",
+        "Segments written inside shared objects (also counted in kafscale_segments_total).",
+    ),
+}
+
+#: ``SharedSweeper.stats`` key -> (counter name without prefix and ``_total``, HELP)
+SHARED_SWEEP_COUNTERS: dict[str, tuple[str, str]] = {
+    "shared_passes": ("shared_sweep_passes", "Passes of the shared sweep (controller only)."),
+    "shared_deleted": (
+        "shared_objects_deleted",
+        "Shared objects deleted once no manifest entry names or can name any segment in them.",
+    ),
 }
 
 #: ``Maintenance.stats`` key -> (counter name without prefix and ``_total``, HELP)
@@ -178,6 +195,9 @@ class BrokerCollector(Collector):
         for name, (help_, read) in CACHE_COUNTERS.items():
             yield CounterMetricFamily(PREFIX + name, help_, value=read(b))
         yield from _counters(b.logs.stats, LOG_COUNTERS, "", "LogManager.stats")
+        yield from _counters(
+            b.logs.shared_sweep.stats, SHARED_SWEEP_COUNTERS, "", "SharedSweeper.stats"
+        )
         maintenance = b.logs.maintenance
         if maintenance is not None:
             yield from _counters(

@@ -1,7 +1,9 @@
 """``kafscale segments inspect PATH|URL``: print and validate one KAFS segment.
 
 PATH is a local ``.kfs`` file; URL is ``file://PATH`` or
-``s3://BUCKET/KEY.kfs?endpoint=URL&region=R[&access_key=..&secret_key=..]``. The index
+``s3://BUCKET/KEY.kfs?endpoint=URL&region=R[&access_key=..&secret_key=..]``. A segment
+inside a shared object is named by its range key (``.../{partition}/~{name}#{off}+{len}``,
+docs/format.md "Shared objects"), as a path or in the URL (its ``#`` written ``%23``). The index
 is checked: a version 2 segment's trailer, or a version 1 segment's ``.index`` object
 beside it when present (docs/format.md).
 
@@ -21,9 +23,10 @@ import asyncio
 import datetime as dt
 import sys
 from typing import TextIO
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from segments.format import INDEX_SUFFIX, SEGMENT_SUFFIX
+from segments.shared import resolve
 from segments.store import ObjectNotFoundError, StoreError
 from segments.validate import SegmentReport, validate_segment
 
@@ -38,7 +41,7 @@ async def _load_s3(url: str) -> tuple[bytes, bytes | None]:
     from segments.s3_store import S3Store
 
     parts = urlsplit(url)
-    key = parts.path.lstrip("/")
+    key = unquote(parts.path.lstrip("/"))  # a range key's "#" is "%23" in a URL
     if not key:
         raise ValueError(f"no object key in {url!r}")
     store = S3Store.from_url(parts._replace(path="").geturl())
@@ -56,6 +59,11 @@ async def _load_s3(url: str) -> tuple[bytes, bytes | None]:
 
 
 def _load_file(path: str) -> tuple[bytes, bytes | None]:
+    if (span := resolve(path)) is not None:  # a segment inside a shared object
+        obj, off, length = span
+        with open(obj, "rb") as f:
+            f.seek(off)
+            return f.read(length), None
     with open(path, "rb") as f:
         data = f.read()
     index = None

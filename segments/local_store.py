@@ -56,6 +56,7 @@ import mmap
 import os
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 
 from segments.direct_io import write_direct
 from segments.local_batch import batches, put_batch
@@ -75,6 +76,7 @@ from segments.local_files import (
     fsync_dir,
     unjournaled_ext4,
 )
+from segments.shared import is_range_key, resolve, translate
 from segments.store import (
     Buffer,
     ObjectExistsError,
@@ -328,6 +330,8 @@ class LocalStore:
         the rule: pass only a CRC derived from these very bytes; the broker passes
         ``BuiltSegment.crc32c``, hashed from the segment's framing and the batches' CRCs
         that produce validation checked against their bytes (docs/format.md)."""
+        if is_range_key(key):
+            raise StoreError(f"put {key}: a range of a shared object cannot be written")
         try:
             return await asyncio.to_thread(self._put_sync, key, data, crc32c)
         except OSError as exc:
@@ -354,6 +358,7 @@ class LocalStore:
         end: int | None = None,
         if_match: str | None = None,
     ) -> bytes:
+        key, start, end = translate(key, start, end)  # a range of a shared object
         small = start is not None and end is not None and end - start <= INLINE_READ_MAX
         if small and if_match is not None:
             small = self._etag_known(key)  # hashing a whole object belongs in a thread
@@ -375,6 +380,7 @@ class LocalStore:
         view of the file's pages (``mmap``, populated at once): no copy and no fresh
         memory; the mapping outlives a later unlink of the file (objects are never
         rewritten in place). Smaller reads are ``get``'s."""
+        key, start, end = translate(key, start, end)  # a range of a shared object
         if start is not None and end is not None and end - start < MAP_MIN:
             return await self.get(key, start, end, if_match)
         try:
@@ -397,6 +403,9 @@ class LocalStore:
             os.close(fd)
 
     async def head(self, key: str) -> ObjectInfo | None:
+        if (span := resolve(key)) is not None:  # a range of a shared object: its size
+            info = await self.head(span[0])
+            return None if info is None else replace(info, key=key, size=span[2])
         try:
             if self._etag_known(key):
                 return self._head_sync(key)
@@ -405,6 +414,8 @@ class LocalStore:
             raise StoreError(f"head {key}: {exc}") from exc
 
     async def delete(self, key: str) -> None:
+        if is_range_key(key):  # only the shared sweep deletes shared objects
+            raise StoreError(f"delete {key}: a range of a shared object cannot be deleted")
         path = self._path(key)
         try:
             os.unlink(path)

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
@@ -28,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from segments.s3_direct import DirectGetter
 from segments.s3_direct_put import EXPIRES_S, DirectPutter, PutReply, checksum_header, data_crc
+from segments.shared import is_range_key, resolve, translate
 from segments.store import (
     Buffer,
     ObjectExistsError,
@@ -193,6 +195,8 @@ class S3Store:
         whose CRC the caller did not vouch for; the SDK's PUT refused for a mismatch fails
         too. A store that refuses the header itself gets the PUT without it, once the bytes
         were hashed here and matched (docs/operations.md, "Direct PUTs")."""
+        if is_range_key(key):
+            raise StoreError(f"put {key}: a range of a shared object cannot be written")
         refused = None
         verified = False
         if (puts := self._puts) is not None:
@@ -282,6 +286,7 @@ class S3Store:
         end: int | None = None,
         if_match: str | None = None,
     ) -> bytes:
+        key, start, end = translate(key, start, end)  # a range of a shared object
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
         if start is not None or end is not None:
             lo = max(0, start or 0)
@@ -316,6 +321,7 @@ class S3Store:
     ) -> Buffer:
         """``get`` for the read path: the bytes as a read-only buffer, by a direct GET
         (segments/s3_direct.py) when it can, else by ``get``."""
+        key, start, end = translate(key, start, end)  # a range of a shared object
         lo = max(0, start or 0)
         ranged = start is not None or end is not None
         if end is not None and end <= lo:
@@ -346,6 +352,8 @@ class S3Store:
         """Bytes ``[lo, hi)`` of ``key`` as concurrent direct ranged GETs of ``part`` bytes,
         each read straight into its place in one buffer (no join). None when the direct
         path cannot serve them (the caller reads them another way)."""
+        key, start, end = translate(key, lo, hi)  # a range of a shared object
+        lo, hi = start or 0, end if end is not None else hi
         if self._direct is None or hi <= lo:
             return None
         url = await self._presign(key)
@@ -379,6 +387,9 @@ class S3Store:
         return url
 
     async def head(self, key: str) -> ObjectInfo | None:
+        if (span := resolve(key)) is not None:  # a range of a shared object: its size
+            info = await self.head(span[0])
+            return None if info is None else replace(info, key=key, size=span[2])
         client = await self._get_client()
         try:
             resp = await client.head_object(Bucket=self.bucket, Key=self._key(key))
@@ -398,6 +409,8 @@ class S3Store:
         )
 
     async def delete(self, key: str) -> None:
+        if is_range_key(key):  # only the shared sweep deletes shared objects
+            raise StoreError(f"delete {key}: a range of a shared object cannot be deleted")
         client = await self._get_client()
         try:
             await client.delete_object(Bucket=self.bucket, Key=self._key(key))

@@ -348,6 +348,49 @@ async def test_records_produced_through_the_broker_every_codec(
     assert {r["codec"] for r in rows} == {"none", "gzip", "snappy", "lz4", "zstd"}
 
 
+async def test_segments_inside_shared_objects(spark: SparkSession, tmp_path: Path) -> None:
+    """A broker that writes each flush cycle's small segments as one shared object
+    (docs/format.md, "Shared objects"): the ingest job reads their ranges, record for
+    record. kafka-python sends both partitions in one request, so each cycle shares."""
+    from kafka import KafkaProducer
+
+    from tests.fixtures.broker import start_broker
+    from tests.integration.conftest import create_topic
+
+    args = ("--shared-objects-min-partitions", "2", "--flush-when-idle", "false",
+            "--flush-interval-ms", "200", "--merge-interval-ms", "0")  # fmt: skip
+    proc = start_broker(tmp_path, extra_args=args)
+    try:
+        create_topic(proc.bootstrap, "shr", 2)
+        producer = KafkaProducer(bootstrap_servers=proc.bootstrap, acks="all", linger_ms=50)
+        sent = []
+        for rnd in range(3):
+            for p in range(2):
+                for i in range(20):
+                    value = f'{{"r": {rnd}, "p": {p}, "i": {i}}}'.encode()
+                    producer.send("shr", value=value, partition=p)
+                    sent.append(value)
+            producer.flush(60)
+        producer.close()
+        data = proc.workdir / "data"
+        assert len(list((data / "default" / "@shared").iterdir())) == 3
+        assert not [f for f in (data / "default" / "shr").rglob("*.kfs")]
+        cfg = IngestConfig(
+            topics=("shr",), store_url=f"file://{data}", data_dir=str(data),
+            master="local[2]", value_format="json", partition_by="none",
+        )  # fmt: skip
+        s = await _ingest(spark, cfg)
+    finally:
+        proc.stop()
+    assert s.rows == len(sent) and s.dead_letters == 0
+    catalog = cat.open_catalog(None, str(data))
+    rows = catalog.load_table(("kafscale", "shr")).scan().to_arrow().to_pylist()
+    assert sorted(r["value"] for r in rows) == sorted(sent)
+    assert sorted((r["partition"], r["offset"]) for r in rows) == [
+        (p, o) for p in range(2) for o in range(60)
+    ]
+
+
 async def test_routing_by_field_value(spark: SparkSession, env: KafsEnv) -> None:
     (w,) = await env.topic("rt")
     first = [b'{"type": "click", "n": 1}', b'{"type": "View", "n": 2}', b'{"n": 3}', b"{bad"]

@@ -9,6 +9,7 @@ import pytest
 from segments.format import segment_key
 from segments.inspect import main
 from segments.s3_store import S3Store
+from segments.shared import SharedRange, directory, entry_name_of
 from tests.fixtures.s3 import S3Endpoint, create_bucket
 from tests.unit.segments.conftest import make_segment
 
@@ -36,5 +37,15 @@ async def test_s3_url(moto_s3: S3Endpoint, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "index:   1 entries, interval 100 records (inside the segment)" in out
+    # a segment inside a shared object: its range key, "#" as "%23" in the URL
+    head = directory([SharedRange("t", "00" * 16, 0, 1, 8, 0, inside.size)])
+    store = S3Store.from_url(moto_s3.store_url(bucket))
+    await store.put_if_absent("default/@shared/0-ab-000000000001.kfm", [head, *inside.buffers])
+    await store.close()
+    ranged = "default/t/0/" + entry_name_of("0-ab-000000000001.kfm", len(head), inside.size)
+    rc = await asyncio.to_thread(main, [url.replace(key, ranged.replace("#", "%23"))])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "base_offset=8" in out and "(inside the segment)" in out
     missing = url.replace("segment-0000", "segment-9999")
     assert await asyncio.to_thread(main, [missing]) == 2

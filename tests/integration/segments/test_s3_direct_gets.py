@@ -74,3 +74,16 @@ async def test_parts_are_read_into_one_buffer(direct: S3Store) -> None:
     with pytest.raises(ObjectNotFoundError):
         await direct.get_parts("nope/obj", 0, 600_000, 250_000)
     assert await direct.get_parts("p/obj", 10, 10, 250_000) is None  # nothing to read
+
+
+async def test_parts_of_a_range_key_are_its_range(direct: S3Store) -> None:
+    """Parallel ranged GETs of a segment inside a shared object (segments/shared.py): the
+    parts are counted from the range's start and end at its end."""
+    payload = bytes(range(256)) * 4096
+    etag = await direct.put_if_absent("ns/@shared/0-ab-000000000001.kfm", [payload])
+    key = "ns/t/0/~0-ab-000000000001.kfm#5000+700000"
+    got = await direct.get_parts(key, 0, 700_000, 250_000, etag)
+    assert got == payload[5000:705_000]
+    got = await direct.get_parts(key, 100, 800_000, 300_000)  # clamped to the range
+    assert got == payload[5100:705_000]
+    assert await direct.get_buffer(key, 10, 20) == payload[5010:5020]

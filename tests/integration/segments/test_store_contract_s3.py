@@ -24,6 +24,7 @@ from tests.unit.segments.test_store_contract import (  # noqa: F401 - the contra
     test_put_all_each_item_alone,
     test_put_if_absent_is_exclusive,
     test_put_with_its_crc32c,
+    test_range_keys_read_a_shared_objects_segment,
     test_ranged_gets,
 )
 

@@ -6,6 +6,7 @@ import pytest
 
 from segments.format import FOOTER_SIZE
 from segments.inspect import main
+from segments.shared import SharedRange, directory, entry_name_of
 from tests.unit.segments.conftest import make_segment
 
 
@@ -127,3 +128,22 @@ def test_control_batches_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main([str(path)]) == 0
     out = capsys.readouterr().out
     assert " txn      5/1" in out and " ABORT    5/1" in out
+
+
+def test_a_segment_inside_a_shared_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A range key (docs/format.md, "Shared objects") names a segment inside a shared
+    object: inspect reads that range, as a path and as a file:// URL."""
+    _built, data = make_segment(500, [60, 5], index_interval=50)
+    shared = tmp_path / "ns" / "@shared"
+    shared.mkdir(parents=True)
+    head = directory([SharedRange("t", "00" * 16, 0, 1, 500, 0, len(data))])
+    (shared / "0-ab-000000000001.kfm").write_bytes(head + data + b"next segment")
+    key = tmp_path / "ns" / "t" / "0" / entry_name_of("0-ab-000000000001.kfm", len(head), len(data))
+    assert main([str(key)]) == 0
+    out = capsys.readouterr().out
+    assert "base_offset=500" in out and out.rstrip().endswith("OK: segment is valid")
+    assert main([f"file://{key}"]) == 0
+    short = str(key).replace(f"+{len(data)}", f"+{len(data) - 1}")
+    assert main([short]) == 1  # the range cut short: its footer is not where it should be

@@ -70,6 +70,41 @@ async def test_ranged_gets(store: ObjectStore) -> None:
     assert await store.get("r/obj", 7, 7) == b""
 
 
+async def test_range_keys_read_a_shared_objects_segment(store: ObjectStore) -> None:
+    """A range key (segments/shared.py) reads its byte range of the shared object, relative
+    and clamped to the range, with the object's ETag; it cannot be written or deleted."""
+    payload = bytes(range(256)) * 8
+    etag = await store.put_if_absent("ns/@shared/1-ab-000000000007.kfm", [payload])
+    key = "ns/orders/3/~1-ab-000000000007.kfm#100+50"
+    assert await store.get(key) == payload[100:150]
+    assert await store.get(key, 10, 20) == payload[110:120]
+    assert await store.get(key, 40) == payload[140:150]
+    assert await store.get(key, None, 5, if_match=etag) == payload[100:105]
+    assert await store.get(key, 45, 500) == payload[145:150]  # clamped to the range
+    assert await store.get(key, 60, 70) == b""
+    assert bytes(await _get_buffer(store, key, 0, 50)) == payload[100:150]
+    info = await store.head(key)
+    assert info is not None and (info.key, info.size, info.etag) == (key, 50, etag)
+    with pytest.raises(PreconditionFailedError):
+        await store.get(key, 0, 5, if_match=hashlib.md5(b"else").hexdigest())
+    with pytest.raises(StoreError):
+        await store.delete(key)
+    with pytest.raises(StoreError):
+        await store.put_if_absent("ns/orders/3/~1-ab-000000000008.kfm#0+5", [b"abcde"])
+    assert await store.get("ns/@shared/1-ab-000000000007.kfm") == payload  # still there
+    missing = "ns/orders/3/~1-ab-000000000009.kfm#0+10"
+    assert await store.head(missing) is None
+    with pytest.raises(ObjectNotFoundError):
+        await store.get(missing)
+    assert [i.key for i in await store.list("ns/orders/")] == []
+
+
+async def _get_buffer(store: ObjectStore, key: str, start: int, end: int) -> Buffer:
+    get = getattr(store, "get_buffer", store.get)
+    data: Buffer = await get(key, start, end)
+    return data
+
+
 async def test_if_match(store: ObjectStore) -> None:
     etag = await store.put_if_absent("m/obj", [b"abcdef"])
     assert await store.get("m/obj", 1, 3, if_match=etag) == b"bc"
