@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 10.0  # how long stop() lets a maintenance pass finish before cancelling it
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
+# a range of a shared object is merged even alone once it is this old (and merge-min-age)
+SHARED_RELEASE_S = 60.0
 
 
 # ---------------------------------------------------------------------------- the task
@@ -280,6 +282,7 @@ class Maintenance:
         seen = {b: old.get(b, now) for b in lg.bases}
         self._seen[tp] = seen
         min_age = cfg.merge_min_age_ms / 1000
+        release_age = max(min_age, SHARED_RELEASE_S)
         runs = plan_merges(
             lg.segments,
             lambda s: (
@@ -289,6 +292,8 @@ class Maintenance:
             cfg.merge_max_bytes,
             cfg.merge_min_segments,
             max(2, self.logs.meta.max_txn_ops - 1),
+            # a shared range with no neighbours to merge with after a minute: copied alone
+            lambda s: s.key.startswith("~") and now - seen.get(s.base, now) >= release_age,
         )
         done = 0
         for run in runs:

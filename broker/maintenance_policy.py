@@ -17,17 +17,21 @@ def plan_merges(
     max_bytes: int,
     min_count: int,
     max_count: int,
+    release: Callable[[SegmentMeta], bool] = lambda _s: False,
 ) -> list[list[SegmentMeta]]:
     """Runs of consecutive, contiguous, eligible segments each below ``small_bytes``; a
     run holds at most ``max_count`` segments and ``max_bytes`` bytes, at least
-    ``max(2, min_count)`` segments."""
+    ``max(2, min_count)`` segments, or fewer (one, even) when it holds a segment to
+    ``release``: a range of a shared object that has waited long enough for neighbours
+    (docs/format.md, "Shared objects": an idle partition's range would otherwise keep the
+    whole shared object in the store for good)."""
     runs: list[list[SegmentMeta]] = []
     cur: list[SegmentMeta] = []
     size = 0
     need = max(2, min_count)
 
     def close() -> None:
-        if len(cur) >= need:
+        if len(cur) >= need or any(release(s) for s in cur):
             runs.append(list(cur))
         cur.clear()
 

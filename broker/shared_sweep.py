@@ -31,16 +31,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from broker.config import BrokerConfig
+from broker.meta import schema
 from broker.meta.base import Get, KeyValue, MetaStore, MetaStoreError
-from broker.meta.schema import (
-    EndValue,
-    SegmentMeta,
-    TopicInfo,
-    end_key,
-    entry_base,
-    segments_prefix,
-    topic_key,
-)
 from segments.shared import (
     DIRECTORY_PROBE,
     SharedFormatError,
@@ -63,15 +55,15 @@ def segment_dead(
     """Whether segment ``r`` of a shared object is unnamed and can never be named (see
     the module doc), from its partition's keys read at one revision."""
     for kv in entries:
-        if SegmentMeta.from_json(entry_base(kv.key), kv.value).key == r.entry_name:
+        if schema.SegmentMeta.from_json(schema.entry_base(kv.key), kv.value).key == r.entry_name:
             return False  # named
     if topic is None:
         return True  # its topic was deleted
-    if TopicInfo.from_json(r.topic, topic.value).topic_id.hex != r.topic_id:
+    if schema.TopicInfo.from_json(r.topic, topic.value).topic_id.hex != r.topic_id:
         return True  # deleted and created again: another incarnation
     if end is None:
         return False  # not taken yet, or its keys half deleted: look again later
-    value = EndValue.decode(end.value)
+    value = schema.EndValue.decode(end.value)
     return value.epoch > r.epoch or value.next_offset > r.base
 
 
@@ -91,13 +83,16 @@ class SharedSweeper:
         self._may_run = may_run
         self._dead_since: dict[str, float] = {}  # object key -> when first seen all dead
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self.stats = {"shared_passes": 0, "shared_deleted": 0}
 
     def start(self) -> None:
         if self._task is None and self.config.shared_sweep_interval_ms > 0:
+            self._stopping.clear()
             self._task = asyncio.create_task(self._loop(), name="shared-sweep")
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -105,10 +100,13 @@ class SharedSweeper:
             self._task = None
 
     async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.shared_sweep_interval_ms / 1000)
-            if not self._may_run():
-                continue  # another broker is the controller, or our lease is in doubt
+        interval = self.config.shared_sweep_interval_ms / 1000
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+            # not the controller, or its lease in doubt: another broker sweeps
+            if self._stopping.is_set() or not self._may_run():
+                continue
             try:
                 await self.run_once()
             except Exception:  # never let the sweep die
@@ -173,7 +171,11 @@ class SharedSweeper:
             ops = [
                 op
                 for t, p in chunk
-                for op in (Get(topic_key(t)), Get(end_key(t, p)), Get(segments_prefix(t, p), True))
+                for op in (
+                    Get(schema.topic_key(t)),
+                    Get(schema.end_key(t, p)),
+                    Get(schema.segments_prefix(t, p), True),
+                )
             ]
             try:
                 res = await self.meta.txn([], ops)

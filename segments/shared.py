@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from segments.names import DEFAULT_NAMESPACE
+from segments.store import StoreError
 
 MAGIC = b"KFSO"
 HEAD = struct.Struct(">4sI")
@@ -33,6 +34,11 @@ DIRECTORY_PROBE = 64 * 1024
 
 class SharedFormatError(ValueError):
     """Not a shared object's directory."""
+
+
+class RangeKeyError(StoreError, ValueError):
+    """A malformed range key (a corrupt manifest entry): a store error like any other
+    unreadable object, so that a request fails retriably instead of with a traceback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +91,13 @@ def resolve(key: str) -> tuple[str, int, int] | None:
     off, plus, length = span.partition("+")
     parts = head.rsplit("/", 2)
     if not sep or not plus or not name or "/" in name or len(parts) != 3:
-        raise ValueError(f"malformed range key {key!r}")
+        raise RangeKeyError(f"malformed range key {key!r}")
     try:
         lo, n = int(off), int(length)
     except ValueError:
-        raise ValueError(f"malformed range key {key!r}") from None
+        raise RangeKeyError(f"malformed range key {key!r}") from None
     if lo < 0 or n < 0:
-        raise ValueError(f"malformed range key {key!r}")
+        raise RangeKeyError(f"malformed range key {key!r}")
     return f"{parts[0]}/{SHARED_DIR}/{name}", lo, n
 
 

@@ -234,16 +234,24 @@ async def test_a_failed_put_fails_the_cycle_retriably_and_leaves_nothing(node: N
         assert await values(b, lg) == expected("a", lg.partition)
 
 
+async def unknown_second_cycle(b: Broker, meta: FlakyMeta, applied: bool) -> list[PartitionLog]:
+    """Two cycles of every partition; the second one's commit is applied (or not) and
+    reported failed, and the store stays out of reach until its outcome is given up as
+    unknown: its producers hear a retriable error. The store is back on return."""
+    logs = await take_all(b)
+    assert await cycle(b, logs, "a") == [ErrorCode.NONE] * PARTITIONS
+    meta.arm(puts_under("/segments/"), apply=applied, down=1_000_000)
+    assert await cycle(b, logs, "b") == [ErrorCode.KAFKA_STORAGE_ERROR] * PARTITIONS
+    meta.down = 0
+    return logs
+
+
 async def test_an_applied_commit_reported_failed_keeps_its_object(node: Node) -> None:
     """The cycle's commit is applied and reported failed, and the store then stays out of
     reach: the producers hear a retriable error and the partitions are dropped. The sweep
     keeps the object (named), and the next take serves the records."""
     b, meta, _store = node
-    logs = await take_all(b)
-    assert await cycle(b, logs, "a") == [ErrorCode.NONE] * PARTITIONS
-    meta.arm(puts_under("/segments/"), apply=True, down=1_000_000)
-    assert await cycle(b, logs, "b") == [ErrorCode.KAFKA_STORAGE_ERROR] * PARTITIONS
-    meta.down = 0
+    await unknown_second_cycle(b, meta, applied=True)
     assert len(await shared_objects(b)) == 2
     assert await sweep(b, 3600) == []
     for lg in await take_all(b):
@@ -260,11 +268,7 @@ async def test_an_unapplied_commit_is_kept_until_no_commit_can_name_it(node: Nod
     stay at its segments' bases under the writer's epoch (a commit could still apply), and
     deletes it once the next take moved every end to a new epoch."""
     b, meta, _store = node
-    logs = await take_all(b)
-    assert await cycle(b, logs, "a") == [ErrorCode.NONE] * PARTITIONS
-    meta.arm(puts_under("/segments/"), apply=False, down=1_000_000)
-    assert await cycle(b, logs, "b") == [ErrorCode.KAFKA_STORAGE_ERROR] * PARTITIONS
-    meta.down = 0
+    logs = await unknown_second_cycle(b, meta, applied=False)
     keys = await shared_objects(b)
     assert len(keys) == 2
     assert await sweep(b, 3600) == []  # unknown: maybe still applied
@@ -353,3 +357,52 @@ def test_a_broker_process_shares_objects_with_real_clients_and_sweeps_them(
         assert {p: [v for _o, _k, v in recs] for p, recs in got.items()} == want
     finally:
         proc.stop()
+
+
+async def test_deleted_and_recreated_topics_release_their_ranges(node: Node) -> None:
+    """One shared object holds two topics' segments. Deleting one topic leaves it named by
+    the other; a topic created again under the deleted name (another topic id) does not
+    name the old ranges; once the second topic is deleted too the sweep deletes it."""
+    b, _meta, _store = node
+    await b.topics.create("other", 2)
+    logs = await take_all(b) + [await b.logs.get("other", p) for p in range(2)]
+    assert await cycle(b, logs, "a") == [ErrorCode.NONE] * (PARTITIONS + 2)
+    (key,) = await shared_objects(b)
+    topics = {r.topic for r in parse_directory(key.rsplit("/", 1)[1], await b.store.get(key))}
+    assert topics == {TOPIC, "other"}
+    await b.topics.delete(TOPIC)
+    await b.topics.wait_background()
+    assert await sweep(b, 3600) == []  # "other" still names its ranges
+    await b.topics.create(TOPIC, PARTITIONS)
+    again = await take_all(b)
+    assert await cycle(b, again, "n") == [ErrorCode.NONE] * PARTITIONS
+    assert await sweep(b, 3600) == []
+    await b.topics.delete("other")
+    await b.topics.wait_background()
+    assert await sweep(b, 3600) == [key]
+    b.logs.cache.clear()
+    for lg in again:
+        assert await values(b, lg) == expected("n", lg.partition)
+
+
+async def test_an_idle_partitions_lone_range_is_copied_out(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partitions that write once and go idle have one small segment each, never enough
+    to merge: their ranges would keep the shared object forever. Once a range has waited
+    ``SHARED_RELEASE_S`` (here 0) it is merged alone into an object of its own, and the
+    sweep then deletes the shared object."""
+    b, _meta, _store = node
+    logs = await take_all(b)
+    assert await cycle(b, logs, "a") == [ErrorCode.NONE] * PARTITIONS
+    (key,) = await shared_objects(b)
+    maint = b.logs.maintenance
+    assert maint is not None
+    assert [await maint.merge_partition(lg) for lg in logs] == [0] * PARTITIONS  # too young
+    monkeypatch.setattr("broker.maintenance.SHARED_RELEASE_S", 0.0)
+    assert [await maint.merge_partition(lg) for lg in logs] == [1] * PARTITIONS
+    assert not any(lg.segments[0].key.startswith("~") for lg in logs)
+    assert await sweep(b, 3600) == [key]
+    b.logs.cache.clear()
+    for lg in logs:
+        assert await values(b, lg) == expected("a", lg.partition)

@@ -43,3 +43,20 @@ def test_retention_victims_by_time_and_bytes_never_the_last() -> None:
     assert retention_victims(mixed, 6000, 2000, -1) == 0
     # unknown timestamps (-1) never expire by time
     assert retention_victims([seg(0, 0, max_ts=-1), seg(1, 1)], 10**12, 1, -1) == 0
+
+
+def test_plan_merges_releases_a_lone_shared_range() -> None:
+    """A run shorter than the minimum is still merged when it holds a range of a shared
+    object to release (docs/format.md, "Shared objects"); others wait for neighbours."""
+    shared = SegmentMeta(10, 19, 100, 10, 0, "e", "~0-ab-000000000001.kfm#8+100")
+    segs = [seg(0, 9, size=5000), shared, seg(20, 29, size=5000), seg(30, 39)]
+
+    def plan(release: bool) -> list[list[int]]:
+        runs = plan_merges(
+            segs, lambda _s: True, 1000, 10_000, 4, 100,
+            lambda s: release and s.key.startswith("~"),
+        )  # fmt: skip
+        return [[s.base for s in run] for run in runs]
+
+    assert plan(False) == []
+    assert plan(True) == [[10]]  # the lone plain segment at 30 still waits

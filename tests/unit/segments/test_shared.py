@@ -18,6 +18,7 @@ from segments.shared import (
     resolve,
     translate,
 )
+from segments.store import StoreError
 
 
 def test_a_range_key_resolves_to_its_object_and_range() -> None:
@@ -64,7 +65,8 @@ def test_translate_reads_relative_to_the_range(
     ],
 )
 def test_malformed_range_keys_are_refused(key: str) -> None:
-    with pytest.raises(ValueError, match="malformed range key"):
+    """A store error (a corrupt entry fails its read retriably, never with a traceback)."""
+    with pytest.raises(StoreError, match="malformed range key"):
         resolve(key)
 
 
