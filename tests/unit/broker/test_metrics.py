@@ -26,8 +26,16 @@ def _fake_broker(maintenance: Any) -> Any:
         },
         pending_bytes=123,
         cache=cache,
-        stats={"flush_cycles": 5, "segments": 4, "segment_bytes": 1000, "txns": 5},
+        stats={
+            "flush_cycles": 5,
+            "segments": 4,
+            "segment_bytes": 1000,
+            "txns": 5,
+            "shared_objects": 1,
+            "shared_segments": 3,
+        },
         maintenance=maintenance,
+        shared_sweep=SimpleNamespace(stats={"shared_passes": 8, "shared_deleted": 1}),
         committer=SimpleNamespace(stats={"ambiguous": 2, "resolved": 2, "unresolved": 0}),
     )
     cluster_stats = {"lease_refreshes": 30, "lease_losses": 1, "max_refresh_gap_s": 3.5}
@@ -86,6 +94,10 @@ def test_every_figure_is_exported_with_help_and_type() -> None:
         "kafscale_segments_total": ("counter", 4),
         "kafscale_segment_bytes_total": ("counter", 1000),
         "kafscale_txns_total": ("counter", 5),
+        "kafscale_shared_objects_total": ("counter", 1),
+        "kafscale_shared_segments_total": ("counter", 3),
+        "kafscale_shared_sweep_passes_total": ("counter", 8),
+        "kafscale_shared_objects_deleted_total": ("counter", 1),
         "kafscale_maintenance_merges_total": ("counter", 2),
         "kafscale_maintenance_merged_segments_total": ("counter", 9),
         "kafscale_maintenance_dropped_segments_total": ("counter", 4),
