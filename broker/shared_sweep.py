@@ -185,7 +185,12 @@ class SharedSweeper:
             for j, tp in enumerate(chunk):
                 topic, end, entries = res.gets[_READS * j : _READS * j + _READS]
                 for r in by_partition[tp]:
-                    if not segment_dead(r, _one(topic), _one(end), entries):
+                    try:
+                        dead = segment_dead(r, _one(topic), _one(end), entries)
+                    except (ValueError, KeyError, TypeError) as exc:  # a value it cannot read
+                        log.warning("shared object %s kept: %s-%d: %s", key, *tp, exc)
+                        return False
+                    if not dead:
                         return False
         return True
 

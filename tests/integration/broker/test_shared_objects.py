@@ -406,3 +406,22 @@ async def test_an_idle_partitions_lone_range_is_copied_out(
     b.logs.cache.clear()
     for lg in logs:
         assert await values(b, lg) == expected("a", lg.partition)
+
+
+async def test_an_entry_the_sweep_cannot_read_keeps_the_object(node: Node) -> None:
+    """A manifest entry that does not decode (a corrupt metadata value): the sweep logs it
+    and keeps the object, and the pass goes on with the next object."""
+    b, _meta, _store = node
+    logs = await take_all(b)
+    for tag in "ab":
+        assert await cycle(b, logs, tag) == [ErrorCode.NONE] * PARTITIONS
+    first, second = sorted(await shared_objects(b))
+    maint = b.logs.maintenance
+    assert maint is not None
+    for lg in logs[1:]:
+        assert await maint.merge_partition(lg) == 1
+    await b.meta.put(f"/logs/{TOPIC}/0/segments/-corrupt", b"{")  # sorts before the entries
+    assert await sweep(b, 3600) == []  # kept: it cannot tell, so it does not guess
+    await b.meta.delete(f"/logs/{TOPIC}/0/segments/-corrupt")
+    assert await maint.merge_partition(logs[0]) == 1
+    assert sorted(await sweep(b, 3600)) == [first, second]

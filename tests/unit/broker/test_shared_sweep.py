@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from types import MappingProxyType
 
+import pytest
+
 from broker.meta.base import KeyValue
 from broker.meta.schema import SegmentMeta, TopicInfo, end_json, seg_entry_key
 from broker.shared_sweep import segment_dead
@@ -63,3 +65,10 @@ def test_no_end_key_yet_keeps_it() -> None:
 def test_the_same_range_of_another_object_does_not_name_it() -> None:
     other = R.entry_name.replace("000000000009", "000000000010")
     assert segment_dead(R, topic(), end(110, 5), [entry(100, other)])
+
+
+def test_a_value_that_does_not_decode_is_an_error_the_sweep_keeps_the_object_for() -> None:
+    """``segment_dead`` raises on an entry it cannot read; the sweep keeps the object then
+    (``SharedSweeper._all_dead``), it never guesses."""
+    with pytest.raises(ValueError):
+        segment_dead(R, topic(), end(110, 5), [kv("/logs/orders/2/segments/x", b"{not json")])
