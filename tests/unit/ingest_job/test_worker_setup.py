@@ -43,7 +43,9 @@ def test_freeze_heap_freezes_once(fresh_state: None) -> None:
         assert frozen > 1000  # this process's modules and classes
         junk = [[i] for i in range(1000)]
         worker_setup.freeze_heap()  # once only: the new objects stay collectable
-        assert gc.get_freeze_count() == frozen
+        # nothing new frozen (a second freeze would add the 1,000 lists); the count may
+        # fall meanwhile, as frozen objects that other threads let go are freed
+        assert gc.get_freeze_count() <= frozen
         del junk
     finally:
         gc.unfreeze()
