@@ -10,6 +10,7 @@ same choice of brokers and freeze lengths.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -35,6 +36,22 @@ PARTITIONS = 6
 WAKE_UPS = 6  # rounds: each freezes one broker past its lease and wakes it
 
 
+class _IdempotenceLog(logging.Logger):
+    """Keeps librdkafka's log lines that change the idempotent producer's id or epoch
+    (a re-send under a new epoch is a duplicate by the client's own rules)."""
+
+    WORDS = ("bump", "reset", "epoch", "Drain", "fatal", "Fatal")
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__("librdkafka.eos")
+        self.into = into
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
+        text = str(msg) % args if args else str(msg)
+        if any(w in text for w in self.WORDS) and "Ignoring" not in text:
+            self.into.append(text)
+
+
 class SteadyProducer:
     """An idempotent librdkafka producer writing at a steady pace in its own thread;
     records every acknowledged (partition, offset)."""
@@ -44,6 +61,7 @@ class SteadyProducer:
         self.acked: dict[bytes, tuple[int, int]] = {}
         self.errors: list[str] = []
         self.sent = 0
+        self.idempotence: list[str] = []  # librdkafka's epoch bumps and resets
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.p = Producer(
@@ -56,7 +74,8 @@ class SteadyProducer:
                 "request.timeout.ms": 5000,
                 "retry.backoff.ms": 100,
                 "topic.metadata.refresh.interval.ms": 500,
-                "log_level": 0,
+                "debug": "eos",
+                "logger": _IdempotenceLog(self.idempotence),
             }
         )
 
@@ -89,6 +108,9 @@ class SteadyProducer:
         if self._thread is not None:
             self._thread.join()
         assert self.p.flush(120) == 0, "deliveries still outstanding"
+        print(f"producer epoch bumps and resets: {len(self.idempotence)}")
+        for line in self.idempotence[:10]:
+            print(f"  {line}")
         assert not self.errors, self.errors[:5]
 
 

@@ -243,4 +243,21 @@ def assert_exactly(records: list[tuple[int, bytes | None]], acked: dict[bytes, i
     seen = [(v, acked_o, at and at[1]) for v, ((_p, acked_o), at) in list(lost.items())[:5]]
     # (record, acknowledged offset (-1: none given), offset found or None)
     assert not lost, f"{len(lost)} acknowledged records lost or moved: {seen}"
-    assert len(records) == len(acked), f"{len(records)} records for {len(acked)} acknowledged"
+    assert len(records) == len(acked), (
+        f"{len(records)} records for {len(acked)} acknowledged; {extra_records(records, acked)}"
+    )
+
+
+def extra_records(records: list[tuple[int, bytes | None]], acked: dict[bytes, int]) -> str:
+    """What a log holds beyond its acknowledged records: values stored twice (with their
+    offsets) and values never acknowledged, the first few of each."""
+    at: dict[bytes | None, list[int]] = {}
+    for o, v in records:
+        at.setdefault(v, []).append(o)
+    twice = [(v, offs) for v, offs in at.items() if len(offs) > 1]
+    unacked = [(v, offs) for v, offs in at.items() if v not in acked]
+    return (
+        f"{len(twice)} stored more than once {twice[:5]} (acknowledged at "
+        f"{[acked.get(v) for v, _ in twice[:5] if v is not None]}); "
+        f"{len(unacked)} never acknowledged {unacked[:5]}"
+    )
