@@ -113,6 +113,24 @@ class Committer:
     async def _resolve(
         self, lgs: Sequence[PartitionLog], probes: Mapping[str, bytes], moves_end: bool
     ) -> CommitResult:
+        """Settle an unknown outcome, in as many transactions as the store's operation
+        limit needs (a resolution reads three keys per partition): each group of
+        partitions with its own probes. The first transaction was atomic, so the groups'
+        answers agree: one whose guard holds makes the first transaction impossible for
+        all (its revisions moved), and one that finds its probes proves it applied."""
+        per = max(1, self.meta.max_txn_ops // 3)
+        if len(lgs) <= per and len(probes) + 2 * len(lgs) <= self.meta.max_txn_ops:
+            return await self._resolve_group(lgs, probes, moves_end)
+        results = []
+        for i in range(0, len(lgs), per):
+            group = lgs[i : i + per]
+            mine = _probes_of(group, probes, self.meta.max_txn_ops - 2 * len(group))
+            results.append(await self._resolve_group(group, mine, moves_end))
+        return _combine(results)
+
+    async def _resolve_group(
+        self, lgs: Sequence[PartitionLog], probes: Mapping[str, bytes], moves_end: bool
+    ) -> CommitResult:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.resolve_s
         delay = RETRY_FIRST_S
@@ -167,6 +185,28 @@ class Committer:
         outcome = Outcome.COMMITTED if applied else Outcome.REJECTED
         _log_outcome(lgs, outcome)
         return CommitResult(outcome, revision, tuple(fenced), resolved=True)
+
+
+def _probes_of(
+    lgs: Sequence[PartitionLog], probes: Mapping[str, bytes], limit: int
+) -> dict[str, bytes]:
+    """The probes under ``lgs``' partitions, at most ``limit`` (one present probe of an
+    atomic transaction proves it applied)."""
+    prefixes = tuple(f"/logs/{lg.topic}/{lg.partition}/" for lg in lgs)
+    mine = {k: v for k, v in probes.items() if k.startswith(prefixes)}
+    return dict(list(mine.items())[: max(1, limit)])
+
+
+def _combine(results: Sequence[CommitResult]) -> CommitResult:
+    """One outcome from the groups of a resolution: committed if any group proved it,
+    else unknown if any group could not ask, else rejected."""
+    fenced = tuple(lg for r in results for lg in r.fenced)
+    for r in results:
+        if r.outcome is Outcome.COMMITTED:
+            return CommitResult(Outcome.COMMITTED, r.revision, fenced, resolved=True)
+    if any(r.outcome is Outcome.UNKNOWN for r in results):
+        return CommitResult(Outcome.UNKNOWN)
+    return CommitResult(Outcome.REJECTED, 0, fenced, resolved=True)
 
 
 def _names(lgs: Sequence[PartitionLog]) -> str:

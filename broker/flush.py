@@ -6,7 +6,8 @@ buffer reaches ``flush_bytes`` or its oldest batch is ``flush_interval_ms`` old,
 every ready partition's buffer, writes each as ONE segment object (its index inside,
 docs/format.md) under a writer-unique object name ("Object keys") with a conditional PUT,
 then commits ONE
-metadata transaction for the cycle (chunked at the store's operation limit) through the
+metadata transaction for the cycle (chunked at the store's operation limit, the chunks
+sent together) through the
 ``Committer``: guarded by each partition's owner value and end revision, it appends the
 manifest entries and the new log ends. Only then are the appends acknowledged.
 
@@ -213,9 +214,19 @@ class Flusher:
                     done.append((lg, pend, res))
             done = await self._contiguous(done)
             per_txn = max(1, self.logs.meta.max_txn_ops // 2)
+            chunks = [done[i : i + per_txn] for i in range(0, len(done), per_txn)]
             async with self.logs.committer.lock:
-                for i in range(0, len(done), per_txn):
-                    await self._commit(done[i : i + per_txn])
+                if len(chunks) == 1:
+                    await self._commit(chunks[0])
+                else:  # disjoint partitions, each chunk guarded and settled on its own:
+                    # sent together (etcd pipelines them; the embedded store writes them
+                    # in one append), and any error raised once every chunk is settled
+                    settled = await asyncio.gather(
+                        *(self._commit(c) for c in chunks), return_exceptions=True
+                    )
+                    for err in settled:
+                        if isinstance(err, BaseException):
+                            raise err
             self.stats["flush_cycles"] += 1
         finally:
             for (lg, _pend), fut in zip(jobs, flushing, strict=True):

@@ -173,12 +173,15 @@ class Keyspace:
                     if k == d.key or (d.prefix and k.startswith(d.key)):
                         raise MetaStoreError("duplicate key given in txn request")
 
-    def plan(self, ops: Sequence[Op]) -> tuple[list[wal.LogOp], list[tuple[KeyValue, ...]]]:
-        """The log ops of a transaction branch (as the next revision), and its Get results."""
+    def plan(
+        self, ops: Sequence[Op], rev: int = 0
+    ) -> tuple[list[wal.LogOp], list[tuple[KeyValue, ...]]]:
+        """The log ops of a transaction branch (as revision ``rev``, default the next),
+        and its Get results."""
         overlay: dict[str, Entry | None] = {}
         effects: list[wal.LogOp] = []
         gets: list[tuple[KeyValue, ...]] = []
-        rev = self.rev + 1
+        rev = rev or self.rev + 1
         for op in ops:
             if isinstance(op, Get):
                 gets.append(self._overlay_get(op, overlay))

@@ -22,6 +22,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.meta.base import Compare, MetaStore, MetaStoreError, Op, Put, TxnResult, open_meta
+from broker.meta.schema import owner_key
 from broker.partition import AppendError, AppendResult, PartitionLog
 from broker.server import Broker
 from protocol.batch import iter_batches, read_header
@@ -258,3 +259,62 @@ async def test_log_start_commit_applied_but_reported_failed(
     assert lg.log_start == 4 and (await end_of(b))["log_start"] == 4
     assert await commit(b, lg, "d") == ErrorCode.NONE  # the end revision is right
     assert await values(b, lg) == [b"c-0", b"c-1", b"d-0", b"d-1"]
+
+
+WIDE = 150  # partitions in one flush cycle: three commit chunks of at most 64
+
+
+async def wide_topic(b: Broker) -> list[PartitionLog]:
+    """``WIDE`` partitions, owned. Appending one batch to each before the flusher runs
+    makes a single cycle take them all (committed in three chunks, together)."""
+    await b.topics.create("wide", WIDE)
+    return [await b.logs.get("wide", p) for p in range(WIDE)]
+
+
+async def outcome(res: AppendResult) -> ErrorCode:
+    assert res.done is not None
+    try:
+        await res.done
+    except AppendError as exc:
+        return exc.code
+    return ErrorCode.NONE
+
+
+async def test_a_wide_cycle_with_one_ambiguous_chunk_acknowledges_all(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    """The chunks of a cycle are sent together: the one applied and reported failed is
+    resolved as committed while the others commit; every record is acknowledged once."""
+    b, meta = node
+    lgs = await wide_topic(b)
+    txns = b.logs.flusher.stats["txns"]
+    meta.arm(puts_under("/segments/"), apply=True)
+    results = [append(b, lg, f"w{lg.partition}") for lg in lgs]
+    assert [await outcome(r) for r in results] == [ErrorCode.NONE] * WIDE
+    stats = b.logs.committer.stats
+    assert meta.hits == 1 and stats["ambiguous"] == 1 and stats["unresolved"] == 0
+    assert b.logs.flusher.stats["txns"] - txns == 3  # one cycle, three chunks
+    b.logs.cache.clear()
+    for lg in lgs:
+        assert b.logs.logs.get(("wide", lg.partition)) is lg and lg.hw == 2
+        assert await values(b, lg) == [f"w{lg.partition}-{j}".encode() for j in range(2)]
+
+
+async def test_a_wide_cycle_with_one_fenced_partition_fails_only_it(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    """Another owner took one partition: its chunk's guard fails and is retried per
+    partition, while the other chunks commit; only that partition's producer hears
+    NOT_LEADER_OR_FOLLOWER, and nothing of the others is lost."""
+    b, _meta = node
+    lgs = await wide_topic(b)
+    taken = lgs[100]
+    await b.meta.put(owner_key("wide", 100), b'{"broker":99,"epoch":99,"topic_id":"x"}')
+    results = [append(b, lg, f"w{lg.partition}") for lg in lgs]
+    codes = [await outcome(r) for r in results]
+    assert codes[100] == ErrorCode.NOT_LEADER_OR_FOLLOWER and taken.state == "closed"
+    assert codes[:100] + codes[101:] == [ErrorCode.NONE] * (WIDE - 1)
+    b.logs.cache.clear()
+    for lg in lgs[:100] + lgs[101:]:
+        assert lg.hw == 2
+        assert await values(b, lg) == [f"w{lg.partition}-{j}".encode() for j in range(2)]

@@ -33,6 +33,7 @@ async def test_write_read_ownership_and_reclaimed_bytes(tmp_path: Path) -> None:
         assert len(sizes) == 3
         got = await b.logs.read(lg, 0, 1 << 20)
         assert got
+        await b.logs.flusher.idle()  # a cycle's duration is observed after its acks
         m = _samples(b)
         topic = (("topic", TOPIC),)
         assert m[("kafscale_topic_records_in_total", topic)] == 6

@@ -125,6 +125,49 @@ async def test_revisions_increase_and_a_txn_is_one_revision(store: MetaStore) ->
     assert await store.put("/after", b"x") == res.revision + 1
 
 
+async def test_concurrent_txns_on_disjoint_keys_each_take_a_revision(store: MetaStore) -> None:
+    """Transactions sent together (a flush cycle's commit chunks): each is applied once,
+    as its own revision, and each sees its own guard."""
+    await store.put("/g/guard", b"0")
+    results = await asyncio.gather(
+        *(
+            store.txn(
+                [Compare("/g/guard", "value", "==", b"0")] if i % 2 else [],
+                [Put(f"/g/k{i}/a", b"%d" % i), Put(f"/g/k{i}/b", b"%d" % i)],
+            )
+            for i in range(12)
+        )
+    )
+    assert all(r.succeeded for r in results)
+    revs = sorted(r.revision for r in results)
+    assert len(set(revs)) == 12 and revs[-1] - revs[0] == 11
+    kvs = await store.range("/g/k")
+    assert len(kvs) == 24
+    by_rev = {r.revision for r in results}
+    assert {kv.mod_revision for kv in kvs} == by_rev
+
+
+async def test_concurrent_compare_and_set_on_one_key_has_one_winner(store: MetaStore) -> None:
+    """(The first write keeps the embedded store busy, so that the ten queue together.)"""
+    busy = asyncio.ensure_future(store.put("/busy", b"x"))
+    results = await asyncio.gather(
+        *(
+            store.txn(
+                [Compare("/cas", "version", "==", 0)], [Put("/cas", b"%d" % i)], [Get("/cas")]
+            )
+            for i in range(10)
+        )
+    )
+    await busy
+    winners = [i for i, r in enumerate(results) if r.succeeded]
+    assert len(winners) == 1
+    kv = await store.get("/cas")
+    assert kv is not None and kv.value == b"%d" % winners[0]
+    for r in results:
+        if not r.succeeded:
+            assert r.gets[0][0].value == kv.value
+
+
 # ----------------------------------------------------------------------- txn
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker.meta import wal
-from broker.meta.base import MetaStoreError, Put
+from broker.meta.base import Compare, Get, MetaStoreError, Put
 from broker.meta.durable import LOG, SNAPSHOT
 from broker.meta.embedded import EmbeddedStore
 
@@ -267,5 +267,115 @@ async def test_a_cancelled_write_still_lands_once(
         assert again.revision == rev0 + 2
         kv = await again.get("/k")
         assert kv is not None and kv.value == b"1" and kv.mod_revision == rev0 + 1
+    finally:
+        await again.close()
+
+
+def counting_slow_disk(
+    monkeypatch: pytest.MonkeyPatch, fail_call: int = 0
+) -> tuple[threading.Event, threading.Event, list[int]]:
+    """``slow_disk`` that also counts the appends (each is one fdatasync) and the
+    records' sizes; the ``fail_call``-th append (1-based; 0: none) fails as a full disk."""
+    from broker.meta.durable import MetaDir
+
+    entered, release = threading.Event(), threading.Event()
+    sizes: list[int] = []
+    real = MetaDir.append
+
+    def slow_append(self: MetaDir, record: bytes) -> None:
+        if not release.is_set():
+            entered.set()
+            assert release.wait(30), "the test never released the disk"
+        sizes.append(len(record))
+        if len(sizes) == fail_call:
+            raise MetaStoreError("metadata log write failed: [Errno 28] injected")
+        real(self, record)
+
+    monkeypatch.setattr(MetaDir, "append", slow_append)
+    return entered, release, sizes
+
+
+async def test_queued_writes_on_disjoint_keys_share_one_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: writes queued behind a slow append go to disk together, each as its
+    own revision, up to the first that touches a key an earlier one of the group does;
+    memory and replay agree."""
+    store = EmbeddedStore(str(tmp_path))
+    rev0 = await store.put("/b", b"0")
+    entered, release, sizes = counting_slow_disk(monkeypatch)
+    try:
+        first = asyncio.ensure_future(store.put("/a", b"1"))
+        assert await asyncio.to_thread(entered.wait, 30)
+        queued = [
+            asyncio.ensure_future(
+                store.txn([Compare("/b", "value", "==", b"0")], [Put("/b", b"2")])
+            ),
+            asyncio.ensure_future(store.txn([], [Put("/c", b"3"), Put("/d", b"4")])),
+            asyncio.ensure_future(
+                store.txn([Compare("/e", "version", "==", 0)], [Put("/e", b"5")])
+            ),
+            # /b again: the next group, where it compares against the first one's write
+            asyncio.ensure_future(
+                store.txn([Compare("/b", "value", "==", b"0")], [Put("/b", b"6")])
+            ),
+            asyncio.ensure_future(store.txn([], [Get("/c")])),
+        ]
+        await asyncio.sleep(0)
+        release.set()
+        assert await asyncio.wait_for(first, 30) == rev0 + 1
+        results = [await asyncio.wait_for(q, 30) for q in queued]
+    finally:
+        release.set()
+        await store.close()
+    assert [r.succeeded for r in results] == [True, True, True, False, True]
+    assert [r.revision for r in results[:3]] == [rev0 + 2, rev0 + 3, rev0 + 4]
+    assert results[4].gets[0][0].value == b"3"
+    assert len(sizes) == 2  # the first write, then one append for the four queued after it
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert again.revision == rev0 + 4
+        got = {k: (await again.get(k)) for k in ("/a", "/b", "/c", "/d", "/e")}
+        assert {k: (kv.value, kv.mod_revision) for k, kv in got.items() if kv} == {
+            "/a": (b"1", rev0 + 1),
+            "/b": (b"2", rev0 + 2),
+            "/c": (b"3", rev0 + 3),
+            "/d": (b"4", rev0 + 3),
+            "/e": (b"5", rev0 + 4),
+        }
+    finally:
+        await again.close()
+
+
+async def test_a_failed_group_append_fails_every_write_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One failed append: every write of its group raises MetaStoreError and none is
+    applied (nor replayed); a read-only transaction of the group is answered; the store
+    writes again afterwards at the next revision."""
+    store = EmbeddedStore(str(tmp_path))
+    rev0 = await store.put("/k", b"0")
+    entered, release, _sizes = counting_slow_disk(monkeypatch, fail_call=2)
+    try:
+        first = asyncio.ensure_future(store.put("/a", b"1"))
+        assert await asyncio.to_thread(entered.wait, 30)
+        writes = [asyncio.ensure_future(store.put(f"/w{i}", b"x")) for i in range(3)]
+        read = asyncio.ensure_future(store.txn([Compare("/k", "value", "==", b"0")], [Get("/k")]))
+        await asyncio.sleep(0)
+        release.set()
+        assert await asyncio.wait_for(first, 30) == rev0 + 1
+        for w in writes:
+            with pytest.raises(MetaStoreError, match="injected"):
+                await asyncio.wait_for(w, 30)
+        res = await asyncio.wait_for(read, 30)
+        assert res.succeeded and res.gets[0][0].value == b"0"
+        assert await store.range("/w") == []
+        assert await store.put("/after", b"y") == rev0 + 2
+    finally:
+        release.set()
+        await store.close()
+    again = EmbeddedStore(str(tmp_path))
+    try:
+        assert again.revision == rev0 + 2 and await again.range("/w") == []
     finally:
         await again.close()
