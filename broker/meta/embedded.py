@@ -180,6 +180,8 @@ class EmbeddedStore:
         try:
             async with self._write_lock:
                 if not req.result.done():
+                    if len(self._queue) == 1:  # alone: let transactions sent with it join
+                        await asyncio.sleep(0)
                     await self._write_group()
         except asyncio.CancelledError:
             if req in self._queue:  # never taken: it will not be written

@@ -379,3 +379,24 @@ async def test_a_failed_group_append_fails_every_write_of_it(
         assert again.revision == rev0 + 2 and await again.range("/w") == []
     finally:
         await again.close()
+
+
+async def test_transactions_sent_together_are_one_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush cycle's commit chunks, sent together to an idle store, cost one append
+    (one fdatasync), not one each."""
+    store = EmbeddedStore(str(tmp_path))
+    _entered, release, sizes = counting_slow_disk(monkeypatch)
+    release.set()
+    try:
+        results = await asyncio.gather(
+            *(
+                store.txn([], [Put(f"/chunk{i}/a", b"x"), Put(f"/chunk{i}/b", b"y")])
+                for i in range(3)
+            )
+        )
+        assert sorted(r.revision for r in results) == [1, 2, 3]
+        assert len(sizes) == 1
+    finally:
+        await store.close()
