@@ -158,9 +158,14 @@ class Committer:
                 delay = min(delay * 2, RETRY_MAX_S)
         self.stats["resolved"] += 1
         found = res.gets[: len(gets)]
-        applied = bool(probes) and all(
-            bool(g) and g[0].value == value for g, value in zip(found, probes.values(), strict=True)
-        )
+        # one probe holding its value proves the (atomic) transaction applied; another may
+        # be gone since, merged away by a new owner of its partition
+        proofs = [
+            g[0].mod_revision
+            for g, value in zip(found, probes.values(), strict=True)
+            if g and g[0].value == value
+        ]
+        applied = bool(proofs)
         if res.succeeded:  # the guard held; every end revision has just moved
             for lg in lgs:
                 lg.end_rev = res.revision
@@ -169,7 +174,7 @@ class Committer:
             return CommitResult(outcome, res.revision, resolved=True)
         n = len(lgs)
         ends, owners = res.gets[len(gets) : len(gets) + n], res.gets[len(gets) + n :]
-        revision = found[0][0].mod_revision if applied else 0
+        revision = proofs[0] if applied else 0
         fenced = []
         for lg, end, owner in zip(lgs, ends, owners, strict=True):
             if not owner or owner[0].value != lg.owner_value or not end:

@@ -18,6 +18,7 @@ fdatasync. Transactions on disjoint keys commute, so evaluating each against the
 it was before the group gives what one-by-one would; a failed append fails every write
 of the group (none is applied). A flush cycle's commit chunks, sent together, cost one
 disk barrier instead of one each.
+
 When the log grows past ``compact_bytes`` the map is written as a snapshot (temp + fsync +
 rename) and the log is truncated. Opening replays snapshot + log; a torn tail is dropped.
 

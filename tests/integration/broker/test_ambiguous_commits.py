@@ -22,7 +22,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.meta.base import Compare, MetaStore, MetaStoreError, Op, Put, TxnResult, open_meta
-from broker.meta.schema import owner_key
+from broker.meta.schema import owner_key, seg_entry_key
 from broker.partition import AppendError, AppendResult, PartitionLog
 from broker.server import Broker
 from protocol.batch import iter_batches, read_header
@@ -48,6 +48,7 @@ class FlakyMeta:
         self.apply = True
         self.down = 0  # further transactions that fail, unapplied, after the match
         self.hits = 0
+        self.fired = asyncio.Event()  # set when the armed transaction is reported failed
 
     def arm(self, match: Match, *, apply: bool, down: int = 0) -> None:
         self.match, self.apply, self.down = match, apply, down
@@ -60,6 +61,7 @@ class FlakyMeta:
             self.hits += 1
             if self.apply:
                 await self.inner.txn(compares, success, failure)
+            self.fired.set()
             raise MetaStoreError("etcd DEADLINE_EXCEEDED: injected after the call")
         if self.down > 0:
             self.down -= 1
@@ -318,3 +320,31 @@ async def test_a_wide_cycle_with_one_fenced_partition_fails_only_it(
     for lg in lgs[:100] + lgs[101:]:
         assert lg.hw == 2
         assert await values(b, lg) == [f"w{lg.partition}-{j}".encode() for j in range(2)]
+
+
+async def test_applied_commit_whose_probe_a_new_owner_merged_away(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    """A cycle of two partitions is applied and reported failed, and before the store
+    answers again another broker takes one of them and merges its entry away. The other
+    partition's entry still proves the (atomic) transaction applied: both partitions'
+    records are acknowledged (they were committed before the takeover), the taken one is
+    dropped, and the other stays owned at the commit's revision."""
+    b, meta = node
+    b.logs.committer.resolve_s = 120.0  # the store stays out of reach until the test is done
+    await b.topics.create("pair", 2)
+    x, y = [await b.logs.get("pair", p) for p in range(2)]
+    meta.arm(puts_under("/segments/"), apply=True, down=1_000_000)
+    rx, ry = append(b, x, "x"), append(b, y, "y")
+    await asyncio.wait_for(meta.fired.wait(), 60)
+    # what the new owner of pair-0 does meanwhile: takes it, merges its entry away
+    inner = meta.inner
+    await inner.put(owner_key("pair", 0), b'{"broker":99,"epoch":99,"topic_id":"x"}')
+    await inner.delete(seg_entry_key("pair", 0, 0))
+    meta.down = 0
+    assert await outcome(ry) == ErrorCode.NONE
+    assert await outcome(rx) == ErrorCode.NONE
+    assert b.logs.logs.get(("pair", 1)) is y and y.hw == 2 and x.state == "closed"
+    assert await commit(b, y, "z") == ErrorCode.NONE  # its end revision is the commit's
+    b.logs.cache.clear()
+    assert await values(b, y) == [b"y-0", b"y-1", b"z-0", b"z-1"]
