@@ -39,6 +39,7 @@ class MetaDir:
         self.path = path
         self.broken = False
         self.snap_rev = 0
+        self.snap_size = 0  # bytes of the last snapshot written or read
         self.log_size = 0
         self._lock_fd = -1
         self._log_fd = -1
@@ -99,6 +100,7 @@ class MetaDir:
         if snap is not None:
             try:
                 self.snap_rev, entries = wal.decode_snapshot(snap[0])
+                self.snap_size = len(snap[0])
             except wal.CorruptFileError as exc:
                 if writer:
                     raise MetaStoreError(f"{self._file(SNAPSHOT)}: {exc}") from exc
@@ -152,14 +154,14 @@ class MetaDir:
 
     def compact(self, space: Keyspace) -> None:
         """Write ``space`` as the snapshot and truncate the log (a failure is logged)."""
+        data = wal.encode_snapshot(space.rev, space.snapshot_entries())
         try:
-            wal.write_atomic(
-                self._file(SNAPSHOT), wal.encode_snapshot(space.rev, space.snapshot_entries())
-            )
+            wal.write_atomic(self._file(SNAPSHOT), data)
             os.ftruncate(self._log_fd, 0)
             os.fsync(self._log_fd)
         except OSError as exc:
             log.error("metadata snapshot of %s failed: %s", self.path, exc)
             return
         self.snap_rev = space.rev
+        self.snap_size = len(data)
         self.log_size = 0

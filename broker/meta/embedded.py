@@ -19,8 +19,10 @@ it was before the group gives what one-by-one would; a failed append fails every
 of the group (none is applied). A flush cycle's commit chunks, sent together, cost one
 disk barrier instead of one each.
 
-When the log grows past ``compact_bytes`` the map is written as a snapshot (temp + fsync +
-rename) and the log is truncated. Opening replays snapshot + log; a torn tail is dropped.
+When the log grows past ``compact_bytes`` (and twice the last snapshot) the map is written
+as a snapshot (temp + fsync + rename; encoded and written in the disk thread, by a task
+of its own under the write lock, after the write that made it due was answered) and the
+log is truncated. Opening replays snapshot + log; a torn tail is dropped.
 
 A writer holds an exclusive ``flock`` on ``LOCK``. A ``read_only`` store takes no lock and
 replays the files as they are (retrying if a compaction races it); it never writes.
@@ -39,7 +41,7 @@ import asyncio
 import collections
 import logging
 import secrets
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -105,6 +107,7 @@ class EmbeddedStore:
         self._queue: collections.deque[_Txn] = collections.deque()  # waiting for the lock
         self._disk: ThreadPoolExecutor | None = None  # the log's appends, one at a time
         self._expiring: set[asyncio.Task[None]] = set()
+        self._compacting: asyncio.Future[None] | None = None  # a snapshot on its way
         if read_only:
             self._files.open_read_only(self._space)
         else:
@@ -132,23 +135,53 @@ class EmbeddedStore:
         """``_commit`` with the append + fdatasync in a worker thread; the caller holds
         ``_write_lock``, so the revision and the log stay in order."""
         rev = self._space.rev + 1
-        if self._disk is None:
-            self._disk = ThreadPoolExecutor(1, thread_name_prefix="meta-log")
-        record = wal.encode_record(rev, ops)
-        fut = asyncio.get_running_loop().run_in_executor(self._disk, self._durable, record)
-        cancelled = False
-        while True:
-            try:
-                await asyncio.shield(fut)  # a failed append raises its own error here
-                break
-            except asyncio.CancelledError:
-                if fut.cancelled():
-                    raise
-                cancelled = True  # the append goes on: finish it, apply it, then raise
-        rev = self._applied(rev, ops)
+        cancelled = await self._on_disk(self._durable, wal.encode_record(rev, ops))
+        self._space.publish(self._space.apply(rev, ops))
+        self._compact_soon()
         if cancelled:
             raise asyncio.CancelledError
         return rev
+
+    async def _on_disk(self, fn: Callable[..., None], *args: object) -> bool:
+        """Run ``fn(*args)`` in the store's disk thread and wait for it even if the caller
+        is cancelled meanwhile (a write that goes on must be finished and applied);
+        returns whether it was. Raises ``fn``'s own error."""
+        if self._disk is None:
+            self._disk = ThreadPoolExecutor(1, thread_name_prefix="meta-log")
+        fut = asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
+        cancelled = False
+        while True:
+            try:
+                await asyncio.shield(fut)
+                return cancelled
+            except asyncio.CancelledError:
+                if fut.cancelled():
+                    raise
+                cancelled = True
+
+    def _compaction_due(self) -> bool:
+        """The log is past ``compact_bytes`` and twice the last snapshot (a large map is
+        not rewritten for every few MB of log)."""
+        return self._files.log_size > max(self._compact_bytes, 2 * self._files.snap_size)
+
+    def _compact_soon(self) -> None:
+        """Start writing the snapshot if it is due and not already coming: in a task of
+        its own that takes the write lock (the map does not change under the encoding and
+        no append lands before the truncate), and in the disk thread (encoding a large
+        map takes tens of ms; the loop serves reads meanwhile). The write that made it
+        due has its answer already."""
+        if self._compacting is None and self._compaction_due():
+            self._compacting = asyncio.ensure_future(self._compact_now())
+
+    async def _compact_now(self) -> None:
+        try:
+            async with self._write_lock:
+                if not self._closed and self._compaction_due():
+                    await self._on_disk(self._files.compact, self._space)
+        except Exception:  # the log stays as it is: replay still has every write
+            log.exception("metadata snapshot failed")
+        finally:
+            self._compacting = None
 
     def _durable(self, record: bytes) -> None:
         if self._files.broken:
@@ -158,7 +191,7 @@ class EmbeddedStore:
     def _applied(self, rev: int, ops: list[wal.LogOp]) -> int:
         events = self._space.apply(rev, ops)
         self._space.publish(events)
-        if self._files.log_size > self._compact_bytes:
+        if self._compaction_due():
             self._files.compact(self._space)
         return rev
 
@@ -242,33 +275,24 @@ class EmbeddedStore:
         failed: BaseException | None = None
         cancelled = False
         if writes:
-            if self._disk is None:
-                self._disk = ThreadPoolExecutor(1, thread_name_prefix="meta-log")
             data = b"".join(wal.encode_record(r, e) for r, e in writes)
-            fut = asyncio.get_running_loop().run_in_executor(self._disk, self._durable, data)
-            while True:
-                try:
-                    await asyncio.shield(fut)
-                    break
-                except asyncio.CancelledError:
-                    if fut.cancelled():
-                        failed = MetaStoreError("metadata log append cancelled")
-                        break
-                    cancelled = True  # the append goes on: finish it, apply it, then raise
-                except Exception as exc:  # the append's own error (MetaStoreError)
-                    failed = exc
-                    break
-            if failed is None:  # every record applied before a compaction may cut the log
+            try:
+                cancelled = await self._on_disk(self._durable, data)
+            except asyncio.CancelledError:
+                failed = MetaStoreError("metadata log append cancelled")
+            except Exception as exc:  # the append's own error (MetaStoreError)
+                failed = exc
+            if failed is None:
                 for r, e in writes:
                     self._space.publish(self._space.apply(r, e))
-                if self._files.log_size > self._compact_bytes:
-                    self._files.compact(self._space)
         for req, res, effects in planned:
             if effects and failed is not None:
                 req.result.set_exception(failed)
                 req.result.exception()  # retrieved: its caller may be gone
             else:
                 req.result.set_result(res)
+        if writes and failed is None:
+            self._compact_soon()
         if cancelled:
             raise asyncio.CancelledError
 
@@ -366,7 +390,7 @@ class EmbeddedStore:
         """Write a snapshot now and truncate the log (normally automatic)."""
         self._check(write=True)
         async with self._write_lock:
-            self._files.compact(self._space)
+            await self._on_disk(self._files.compact, self._space)
 
     @property
     def revision(self) -> int:
@@ -382,5 +406,7 @@ class EmbeddedStore:
         self._space.close_watchers()
         async with self._write_lock:  # a write's append in its thread finishes first
             self._files.release()
+        if self._compacting is not None:  # it finds the store closed and writes nothing
+            await self._compacting
         if self._disk is not None:
             self._disk.shutdown(wait=False)
