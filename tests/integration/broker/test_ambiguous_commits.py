@@ -128,14 +128,18 @@ def append(b: Broker, lg: PartitionLog, tag: str) -> AppendResult:
     return res
 
 
-async def commit(b: Broker, lg: PartitionLog, tag: str) -> ErrorCode:
-    res = append(b, lg, tag)
+async def outcome(res: AppendResult) -> ErrorCode:
+    """How an append ended: NONE once committed, else the error its producer hears."""
     assert res.done is not None
     try:
         await res.done
     except AppendError as exc:
         return exc.code
     return ErrorCode.NONE
+
+
+async def commit(b: Broker, lg: PartitionLog, tag: str) -> ErrorCode:
+    return await outcome(append(b, lg, tag))
 
 
 async def values(b: Broker, lg: PartitionLog) -> list[bytes]:
@@ -271,15 +275,6 @@ async def wide_topic(b: Broker) -> list[PartitionLog]:
     makes a single cycle take them all (committed in three chunks, together)."""
     await b.topics.create("wide", WIDE)
     return [await b.logs.get("wide", p) for p in range(WIDE)]
-
-
-async def outcome(res: AppendResult) -> ErrorCode:
-    assert res.done is not None
-    try:
-        await res.done
-    except AppendError as exc:
-        return exc.code
-    return ErrorCode.NONE
 
 
 async def test_a_wide_cycle_with_one_ambiguous_chunk_acknowledges_all(
