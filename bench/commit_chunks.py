@@ -58,9 +58,13 @@ class Partitions:
             self.end_rev[p] = res.revision
             self.next[p] += 1
 
+    def chunks(self) -> list[range]:
+        """The partitions of each chunk, as ``broker.flush`` cuts a cycle."""
+        per = max(1, self.store.max_txn_ops // 2)
+        return [range(i, min(i + per, self.count)) for i in range(0, self.count, per)]
+
     async def phase(self, together: bool) -> float:
-        per = self.store.max_txn_ops // 2
-        chunks = [range(i, min(i + per, self.count)) for i in range(0, self.count, per)]
+        chunks = self.chunks()
         started = time.perf_counter()
         if together:
             await asyncio.gather(*(self.commit(c) for c in chunks))
@@ -80,10 +84,10 @@ async def measure(store: MetaStore, count: int, cycles: int) -> dict[str, list[f
     return out
 
 
-def report(name: str, count: int, times: dict[str, list[float]]) -> None:
+def report(store: MetaStore, name: str, count: int, times: dict[str, list[float]]) -> None:
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
     p99 = {k: sorted(v)[int(len(v) * 0.99) - 1] * 1000 for k, v in times.items()}
-    chunks = -(-count // 64)
+    chunks = len(Partitions(store, count).chunks())
     print(
         f"{name:9} {count:5} partitions ({chunks} chunks): one by one median "
         f"{med['one by one']:6.2f} ms p99 {p99['one by one']:6.2f} | together median "
@@ -98,7 +102,7 @@ async def run(counts: list[int], cycles: int, workdir: Path) -> None:
     for count in counts:
         store = EmbeddedStore(str(workdir / f"meta-{count}"), prefix="/bench")
         try:
-            report("embedded", count, await measure(store, count, cycles))
+            report(store, "embedded", count, await measure(store, count, cycles))
         finally:
             await store.close()
     (workdir / "etcd").mkdir()
@@ -109,7 +113,7 @@ async def run(counts: list[int], cycles: int, workdir: Path) -> None:
         for count in counts:
             es = EtcdStore.from_url(etcd.url, prefix=f"/bench{count}")
             try:
-                report("etcd", count, await measure(es, count, cycles))
+                report(es, "etcd", count, await measure(es, count, cycles))
             finally:
                 await es.close()
     finally:

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.meta.base import Compare, Delete, Get, MetaStore, MetaStoreError, Put
-from broker.meta.schema import end_key, owner_key
+from broker.meta.schema import end_key, owner_key, partition_logs_prefix
 from broker.partition import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ def _probes_of(
 ) -> dict[str, bytes]:
     """The probes under ``lgs``' partitions, at most ``limit`` (one present probe of an
     atomic transaction proves it applied)."""
-    prefixes = tuple(f"/logs/{lg.topic}/{lg.partition}/" for lg in lgs)
+    prefixes = tuple(partition_logs_prefix(lg.topic, lg.partition) for lg in lgs)
     mine = {k: v for k, v in probes.items() if k.startswith(prefixes)}
     return dict(list(mine.items())[: max(1, limit)])
 

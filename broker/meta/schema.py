@@ -132,6 +132,11 @@ def group_offset_topic(key: str) -> str | None:
 # ---------------------------------------------------------------------------- partition logs
 
 
+def partition_logs_prefix(topic: str, partition: int) -> str:
+    """Every key of one partition's log (its end, manifest entries, producers, ...)."""
+    return f"{topic_logs_prefix(topic)}{partition}/"
+
+
 def end_key(topic: str, partition: int) -> str:
     return f"/logs/{topic}/{partition}/end"
 
