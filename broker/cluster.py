@@ -26,6 +26,7 @@ from broker.meta.schema import (
     broker_key,
     owner_of_key,
 )
+from broker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +136,7 @@ class Cluster:
         return res.revision
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         if self.lease_id:
             with contextlib.suppress(MetaStoreError):
@@ -215,7 +212,8 @@ class Cluster:
         while True:
             due = loop.time() + interval
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), interval)  # a timer, or a poke
+                async with asyncio.timeout(interval):  # a timer, or a poke
+                    await self._poke.wait()
             self._poke.clear()
             sent = loop.time()
             self.on_keepalive(max(0.0, sent - due))

@@ -32,6 +32,7 @@ from broker.meta.base import Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, SegmentMeta
 from broker.shared_objects import SharedWriter
+from broker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode
 from segments.format import (
     BuiltSegment,
@@ -89,11 +90,7 @@ class Flusher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
 
     def appended(self, lg: PartitionLog, nbytes: int) -> None:

@@ -94,7 +94,8 @@ class HttpServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
-            await asyncio.wait_for(self.broker.group_metrics.refresh(), GROUP_REFRESH_S)
+            async with asyncio.timeout(GROUP_REFRESH_S):
+                await self.broker.group_metrics.refresh()
         except TimeoutError:
             log.warning("consumer-group metrics took over %.0f s; served the last", GROUP_REFRESH_S)
         body, content_type = exposition(self.registry, request.headers.get("Accept"))

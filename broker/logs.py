@@ -52,6 +52,7 @@ from broker.producer_rebuild import rebuild
 from broker.reads import Reader
 from broker.segment_loader import Piece
 from broker.shared_sweep import SharedSweeper
+from broker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
 from segments.format import partition_prefix
@@ -123,9 +124,7 @@ class LogManager:
     async def stop(self) -> None:
         """Flush what is buffered, release every partition, stop the flusher."""
         if self._reconcile_task is not None:
-            self._reconcile_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reconcile_task
+            await cancel_and_wait(self._reconcile_task)
         if self.maintenance is not None:
             await self.maintenance.stop()
         await self.shared_sweep.stop()
@@ -336,7 +335,8 @@ class LogManager:
         interval = max(0.5, self.config.lease_ttl_s / 2)
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reconcile.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._reconcile.wait()
             self._reconcile.clear()
             for (topic, partition), lg in list(self.logs.items()):
                 if lg.state == ACTIVE and not self.cluster.owns_partition(topic, partition):

@@ -46,6 +46,7 @@ from broker.maintenance_policy import plan_merges, retention_victims
 from broker.meta.base import Delete, Put
 from broker.meta.schema import end_json, end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
+from broker.tasks import cancel_and_wait
 from broker.txn_partition import state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.format import (
@@ -114,9 +115,7 @@ class Maintenance:
         if self._task is not None:
             done, _ = await asyncio.wait([self._task], timeout=STOP_WAIT_S)
             if not done:
-                self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await cancel_and_wait(self._task)
             self._task = None
         await self.deleter.stop()
 
@@ -160,7 +159,8 @@ class Maintenance:
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval())
+                async with asyncio.timeout(self._interval()):
+                    await self._stopping.wait()
             if self._stopping.is_set():
                 return
             try:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from broker.config import BrokerConfig
 from broker.meta import schema
 from broker.meta.base import Get, KeyValue, MetaStore, MetaStoreError
+from broker.tasks import cancel_and_wait
 from segments.shared import (
     DIRECTORY_PROBE,
     SharedFormatError,
@@ -94,16 +95,15 @@ class SharedSweeper:
     async def stop(self) -> None:
         self._stopping.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _loop(self) -> None:
         interval = self.config.shared_sweep_interval_ms / 1000
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._stopping.wait()
             # not the controller, or its lease in doubt: another broker sweeps
             if self._stopping.is_set() or not self._may_run():
                 continue

@@ -48,6 +48,7 @@ from broker.meta.schema import (
     txn_offsets_prefix,
     txn_state_key,
 )
+from broker.tasks import cancel_and_wait
 from broker.txn_deadlines import Deadlines, Due, due_for
 from protocol.errors import ErrorCode
 from txncoord import Decision, TxnRecord, TxnState, completed, machine, timed_out
@@ -116,11 +117,7 @@ class TxnCoordinator:
 
     async def stop(self) -> None:
         tasks = [t for t in (self._task, *self._completing.values()) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*tasks)
 
     # -- store -----------------------------------------------------------------------
     async def load(self, txn_id: str) -> Stored:
@@ -212,7 +209,8 @@ class TxnCoordinator:
             # the decision is durable; waiting for the markers keeps the next transaction
             # from meeting CONCURRENT_TRANSACTIONS and read_committed consumers in step
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(task), END_WAIT_S)
+                async with asyncio.timeout(END_WAIT_S):
+                    await asyncio.shield(task)
         return dec.error
 
     async def txn_offset_commit(
@@ -375,9 +373,7 @@ class TxnCoordinator:
                         self._consider(txn_id, rec)
                 await self._run_due()
         finally:
-            feed.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await feed
+            await cancel_and_wait(feed)
             await watch.aclose()
 
     async def _consume(self, watch: AsyncIterator[WatchEvent]) -> None:

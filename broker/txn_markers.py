@@ -36,6 +36,7 @@ from broker.meta.schema import (
     txn_marker_target,
 )
 from broker.partition import AppendError, PartitionLog
+from broker.tasks import cancel_and_wait
 from broker.txn_partition import loaded_state, state_of
 from protocol.batch import read_header
 from protocol.errors import ErrorCode, KafkaProtocolError
@@ -80,11 +81,7 @@ class MarkerWriter:
             self._tasks.add(task)
 
     async def stop(self) -> None:
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._tasks)
 
     async def _watch(self) -> None:
         while True:
@@ -103,7 +100,8 @@ class MarkerWriter:
         failing = False
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RESCAN_S)
+                async with asyncio.timeout(RESCAN_S):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.scan_once()

@@ -108,7 +108,8 @@ class GroupCoordinator(Membership):
         interval = self.config.offsets_retention_check_interval_ms / 1000
         while not self._stopping.is_set():
             try:
-                await asyncio.wait_for(self._stopping.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._stopping.wait()
                 return
             except TimeoutError:
                 pass

@@ -187,7 +187,8 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             lg.waiters.append(waiter)
         parked = loop.time()
         try:
-            await asyncio.wait_for(waiter, remaining)
+            async with asyncio.timeout(remaining):
+                await waiter
         except TimeoutError:
             pass
         finally:

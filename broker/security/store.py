@@ -26,6 +26,7 @@ from broker.meta.schema import (
 )
 from broker.security.acl import AclBinding, AclFilter
 from broker.security.scram import ScramCredential
+from broker.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +89,7 @@ class AclStore:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _sync(self) -> int:
