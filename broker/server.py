@@ -148,14 +148,35 @@ class Broker:
             from broker.http import start_http
 
             self._http = await start_http(self, self.config.http)
-        self.cluster_id = await self._cluster_id()
-        await self.cluster.start()
-        await self.topics.start()
-        await self.quotas.start()
-        await self.logs.start()
-        self.groups = await self._start_groups()
-        await self.security.start()
-        self._start_transactions()
+        try:
+            # bound first, served last: a broker whose port another process listens on
+            # exits before it writes anything (registered, it would be handed partitions
+            # until its lease ran out)
+            await self._bind()
+            self.cluster_id = await self._cluster_id()
+            await self.cluster.start()
+            await self.topics.start()
+            await self.quotas.start()
+            await self.logs.start()
+            self.groups = await self._start_groups()
+            await self.security.start()
+            self._start_transactions()
+            for server in self._kafka_servers():
+                await server.start_serving()
+        except BaseException:
+            for server in self._kafka_servers():
+                server.close()
+            raise
+        self.started.set()
+
+    def _kafka_servers(self) -> list[asyncio.Server]:
+        if self._servers:  # named listeners (self._server is the first of them)
+            return list(self._servers.values())
+        return [self._server] if self._server is not None else []
+
+    async def _bind(self) -> None:
+        """Bind every Kafka listener, not yet listening: until ``start_serving`` a client
+        is refused (and tries another broker) rather than left waiting in a backlog."""
         loop = asyncio.get_running_loop()
         if not self.config.security.listeners:
             self._server = await loop.create_server(
@@ -164,12 +185,12 @@ class Broker:
                 self.config.listen_port,
                 reuse_address=True,
                 backlog=1024,
+                start_serving=False,
             )
         for listener in self.config.security.listeners:
             self._servers[listener.name] = await self._listen(loop, listener)
         if self._server is None:
             self._server = next(iter(self._servers.values()))
-        self.started.set()
 
     async def _listen(self, loop: asyncio.AbstractEventLoop, listener: Listener) -> asyncio.Server:
         recorder = RequestRecorder(
@@ -185,6 +206,7 @@ class Broker:
             ssl=self.security.ssl_context(listener),
             reuse_address=True,
             backlog=1024,
+            start_serving=False,
         )
 
     def listener_port(self, name: str) -> int:
