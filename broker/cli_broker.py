@@ -404,6 +404,7 @@ def main(argv: list[str]) -> int:
         return 2
     if workers > 1:
         return supervise(argv, config, workers)
+    from broker.meta.base import MetaStoreError
     from broker.server import serve
 
     try:
@@ -414,7 +415,7 @@ def main(argv: list[str]) -> int:
         runner = asyncio.run
     try:
         runner(serve(config))
-    except OSError as exc:
+    except (OSError, MetaStoreError) as exc:  # a port in use; the metadata store unreachable
         log.error("cannot start broker: %s", exc)
         return 1
     return 0
