@@ -18,7 +18,8 @@ waits for its previous lease, as any restarted broker). More than ``MAX_RESTARTS
 of one worker in a row, each within ``RESTART_WINDOW_S`` of its start, stop all workers
 and exit 1: a worker that cannot start is given up on however slowly a busy machine
 starts it (counting exits within a fixed window instead never tripped when each start
-took longer than a sixth of it). Workers get SIGTERM if the supervisor itself dies
+took longer than a sixth of it). Workers still running ``FAILED_STOP_GRACE_S`` after
+that SIGTERM are killed. Workers get SIGTERM if the supervisor itself dies
 (``PR_SET_PDEATHSIG``).
 """
 
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 RESTART_DELAY_S = 1.0
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
+#: after giving up on a failing worker, how long the others get to stop after SIGTERM
+#: before they are killed (nothing else would end a supervisor whose worker hangs)
+FAILED_STOP_GRACE_S = 60.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -202,6 +206,7 @@ class Supervisor:
         self.workers = [_Worker(p) for p in plans]
         self.stopping = 0  # signals received
         self.failed = False
+        self.kill_at: float | None = None  # when failed: SIGKILL for workers still running
 
     def _spawn(self, w: _Worker) -> None:
         cmd = [sys.executable, "-m", "broker.cli", "broker", *self.base_argv, *w.plan.args()]
@@ -246,6 +251,7 @@ class Supervisor:
         if w.quick_exits > MAX_RESTARTS:
             log.error("worker %d keeps exiting: stopping all workers", w.plan.index)
             self.failed = True
+            self.kill_at = now + FAILED_STOP_GRACE_S
             self._send(signal.SIGTERM)
             return
         w.restart_at = now + RESTART_DELAY_S
@@ -263,8 +269,8 @@ class Supervisor:
             for w in self.workers:
                 self._spawn(w)
             while not self._step():
-                due = [w.restart_at for w in self.workers if w.proc is None]
-                timeout = max(0.0, min(due) - time.monotonic()) if due else None
+                timeout = self._next_timer()
+                timeout = None if timeout is None else max(0.0, timeout - time.monotonic())
                 if select.select([wake_r], [], [], timeout)[0]:
                     os.read(wake_r, 512)
         finally:
@@ -273,14 +279,32 @@ class Supervisor:
             os.close(wake_w)
         return 1 if self.failed else 0
 
+    def _next_timer(self) -> float | None:
+        """When the loop must wake without a signal: a pending restart, or the kill of
+        workers that outlived FAILED_STOP_GRACE_S (none while stopping on a signal)."""
+        if self.stopping or self.failed:
+            return self.kill_at if not self.stopping else None
+        due = [w.restart_at for w in self.workers if w.proc is None]
+        return min(due) if due else None
+
     def _step(self) -> bool:
         """Reap exited workers, restart those due; True once everything has stopped."""
         for w in self.workers:
             if w.proc is not None and (code := w.proc.poll()) is not None:
                 self._reaped(w, code)
-        done = self.stopping or self.failed
-        if done:
-            return all(w.proc is None for w in self.workers)
+        if self.stopping or self.failed:
+            left = [w for w in self.workers if w.proc is not None]
+            if left and self.kill_at is not None and time.monotonic() >= self.kill_at:
+                for w in left:
+                    log.error(
+                        "worker %d (pid %d) still runs %.0f s after SIGTERM: killing it",
+                        w.plan.index,
+                        w.proc.pid if w.proc else -1,
+                        FAILED_STOP_GRACE_S,
+                    )
+                self.kill_at = None
+                self._send(signal.SIGKILL)
+            return not left
         for w in self.workers:
             if w.proc is None and time.monotonic() >= w.restart_at:
                 self._spawn(w)

@@ -7,7 +7,14 @@ import os
 import pytest
 
 from broker.cli_broker import config_from_args
-from broker.workers import WorkersError, available_cores, plan_workers, worker_count, workers_for
+from broker.workers import (
+    Supervisor,
+    WorkersError,
+    available_cores,
+    plan_workers,
+    worker_count,
+    workers_for,
+)
 
 
 def test_default_is_the_available_cores_with_etcd_and_one_embedded() -> None:
@@ -79,3 +86,20 @@ def test_workers_whose_ports_would_collide_are_refused() -> None:
     with pytest.raises(WorkersError, match="port 9093 of worker 1 is also worker 0's"):
         plan_workers(2, config)
     assert len(plan_workers(1, config)) == 1
+
+
+def test_the_supervisor_wakes_only_for_a_due_restart_or_the_kill() -> None:
+    """Without a signal the loop wakes for a pending restart while running, for nothing
+    while stopping on a signal (it spun at a past restart time until the workers exited),
+    and for the kill once it has given up on a failing worker."""
+    config, _ = config_from_args(["--meta", "etcd://h:1"])
+    sup = Supervisor([], plan_workers(2, config))
+    sup.workers[0].restart_at = 12.5  # both exited (no process), one restart due later
+    sup.workers[1].restart_at = 7.0
+    assert sup._next_timer() == 7.0
+    sup.stopping = 1
+    assert sup._next_timer() is None
+    sup.stopping, sup.failed, sup.kill_at = 0, True, 99.0
+    assert sup._next_timer() == 99.0
+    sup.kill_at = None  # the kill was sent
+    assert sup._next_timer() is None
