@@ -67,6 +67,11 @@ def rendezvous(key: str, brokers: list[BrokerInfo]) -> BrokerInfo | None:
     return best
 
 
+def partition_key(topic: str, partition: int) -> str:
+    """The rendezvous key of a partition: its owner is ``rendezvous(partition_key(...))``."""
+    return f"p\x00{topic}\x00{partition}"
+
+
 WATCH_RETRY_S = 0.5  # pause after a failed watch (metadata store down) before a new one
 
 
@@ -351,7 +356,7 @@ class Cluster:
         return min(self._brokers) if self._brokers else self.me.node_id
 
     def partition_owner(self, topic: str, partition: int) -> BrokerInfo:
-        return rendezvous(f"p\x00{topic}\x00{partition}", self.brokers()) or self.me
+        return rendezvous(partition_key(topic, partition), self.brokers()) or self.me
 
     def owns_partition(self, topic: str, partition: int) -> bool:
         return self.partition_owner(topic, partition).node_id == self.me.node_id

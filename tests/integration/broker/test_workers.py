@@ -19,9 +19,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from broker.cluster import BrokerInfo, partition_key, rendezvous
 from broker.workers import MAX_RESTARTS
 from tests.fixtures.broker import REPO, free_port
 
@@ -156,12 +158,36 @@ def _consume(bootstrap: str, topic: str, want: int) -> list[bytes]:
     return got
 
 
+def _spread_topic(prefix: str) -> str:
+    """A new topic name whose partitions hash to both workers (of random names, one in 128
+    puts all 8 partitions on one worker)."""
+    workers = [BrokerInfo(NODE, "", 0), BrokerInfo(NODE + 1, "", 0)]
+    while True:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        owners = {getattr(rendezvous(partition_key(name, p), workers), "node_id", None)
+                  for p in range(PARTS)}  # fmt: skip
+        if owners == {NODE, NODE + 1}:
+            return name
+
+
+def _brokers_seen(admin: Any, want: set[int]) -> Any:
+    """The metadata once it names every worker: a worker learns of one that registered
+    just before it by a watch, which etcd may deliver some 100 ms later."""
+    seen: list[Any] = []
+
+    def names_all() -> bool:
+        seen[:] = [admin.list_topics(timeout=30)]
+        return set(seen[0].brokers) == want
+
+    _until(names_all, f"the metadata to name brokers {sorted(want)}")
+    return seen[0]
+
+
 def test_clients_see_every_worker_and_lose_nothing(supervised: Supervised) -> None:
-    topic = f"w-{uuid.uuid4().hex[:6]}"
+    topic = _spread_topic("w")
     admin = admin_mod.AdminClient({"bootstrap.servers": supervised.bootstrap})
+    md = _brokers_seen(admin, {NODE, NODE + 1})
     admin.create_topics([admin_mod.NewTopic(topic, PARTS, 1)])[topic].result(30)
-    md = admin.list_topics(topic, timeout=30)
-    assert set(md.brokers) == {NODE, NODE + 1}
     assert {b.port for b in md.brokers.values()} == {supervised.port, supervised.port + 1}
     _produce(supervised.bootstrap, topic, 400, "a")
     leaders = {
@@ -178,8 +204,8 @@ def test_named_listeners_get_a_port_per_worker(supervised: Supervised) -> None:
     topic = f"x-{uuid.uuid4().hex[:6]}"
     external = f"127.0.0.1:{supervised.port + 3}"  # worker 1's EXTERNAL listener
     admin = admin_mod.AdminClient({"bootstrap.servers": external})
+    md = _brokers_seen(admin, {NODE, NODE + 1})
     admin.create_topics([admin_mod.NewTopic(topic, PARTS, 1)])[topic].result(30)
-    md = admin.list_topics(topic, timeout=30)
     assert {b.id: b.port for b in md.brokers.values()} == {
         NODE: supervised.port + 2,
         NODE + 1: supervised.port + 3,
