@@ -280,10 +280,11 @@ class Supervisor:
         return 1 if self.failed else 0
 
     def _next_timer(self) -> float | None:
-        """When the loop must wake without a signal: a pending restart, or the kill of
-        workers that outlived FAILED_STOP_GRACE_S (none while stopping on a signal)."""
+        """When the loop must wake without a signal: a pending restart while running; once
+        stopping, only the kill of workers that outlived FAILED_STOP_GRACE_S (set when the
+        supervisor gave up on a failing worker)."""
         if self.stopping or self.failed:
-            return self.kill_at if not self.stopping else None
+            return self.kill_at
         due = [w.restart_at for w in self.workers if w.proc is None]
         return min(due) if due else None
 
