@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 
 async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     """Cancel ``tasks`` (None ones skipped) and wait until every one has ended. What they
-    raised on the way out is retrieved and logged at DEBUG, not raised; a cancellation of
-    the caller while it waits is raised."""
+    raised (a task that had failed, or failed on its way out) is logged, not raised; a
+    cancellation of the caller while it waits is raised."""
     live = [t for t in tasks if t is not None]
     for t in live:
         t.cancel()
@@ -27,4 +27,4 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     await asyncio.wait(live)
     for t in live:
         if not t.cancelled() and (exc := t.exception()) is not None:
-            log.debug("task %s ended with %r as it was cancelled", t.get_name(), exc)
+            log.warning("task %s ended with %r", t.get_name(), exc)

@@ -10,7 +10,9 @@ import pytest
 from broker.tasks import cancel_and_wait
 
 
-async def test_every_task_ends_and_what_they_raise_is_not_raised() -> None:
+async def test_every_task_ends_and_what_they_raise_is_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def fails_on_cancel() -> None:
         try:
             await asyncio.Event().wait()
@@ -23,6 +25,7 @@ async def test_every_task_ends_and_what_they_raise_is_not_raised() -> None:
     await cancel_and_wait(idle, None, failing)
     assert idle.cancelled()
     assert isinstance(failing.exception(), RuntimeError)
+    assert "cleanup failed" in caplog.text  # logged, once retrieved
 
 
 async def test_the_callers_cancellation_is_raised() -> None:
