@@ -33,6 +33,7 @@ from bench.broker_report import format_table
 from bench.broker_run import FULL, QUICK, Plan, run_targets, warm_up
 from bench.broker_sweep import format_sweep, run_partition_sweep, run_sweep
 from bench.broker_targets import (
+    CYCLE_ARGS,
     MIB,
     SHARED_ARGS,
     TARGETS,
@@ -104,14 +105,16 @@ def _open_target(
             raise SystemExit("target 'base' needs --base-tree PATH")
         extra = [*args.broker_arg, *args.local_arg]
         return stack.enter_context(base_target(workdir / name, args.base_tree, limits, extra))
-    if name in ("etcd", "workers"):
+    layout = {"etcdshared": SHARED_ARGS, "s3shared": SHARED_ARGS, "shared": SHARED_ARGS,
+              "etcdcycles": CYCLE_ARGS, "s3cycles": CYCLE_ARGS}.get(name, [])  # fmt: skip
+    if name in ("etcd", "etcdshared", "etcdcycles", "workers"):
         workers = args.workers if name == "workers" else 1
-        extra = [*args.broker_arg, *args.local_arg]
+        extra = [*args.broker_arg, *args.local_arg, *layout]
         return stack.enter_context(etcd_target(name, workdir / name, limits, extra, workers))
-    if name in ("s3", "s3shared"):
-        extra = [*args.broker_arg, *args.s3_arg, *(SHARED_ARGS if name == "s3shared" else [])]
+    if name in ("s3", "s3shared", "s3cycles"):
+        extra = [*args.broker_arg, *args.s3_arg, *layout]
         return stack.enter_context(s3_target(workdir / name, limits, extra, name))
-    extra = [*args.broker_arg, *args.local_arg, *(SHARED_ARGS if name == "shared" else [])]
+    extra = [*args.broker_arg, *args.local_arg, *layout]
     return stack.enter_context(broker_target(name, workdir / name, None, limits, extra))
 
 

@@ -71,6 +71,7 @@ def format_sweep(sweep: dict[str, list[dict[str, Any]]]) -> str:
 COUNTERS = (
     "kafscale_flush_cycles_total", "kafscale_txns_total", "kafscale_segments_total",
     "kafscale_shared_objects_total", "kafscale_shared_segments_total",
+    "kafscale_cycle_txns_total", "kafscale_fold_txns_total",
 )  # fmt: skip
 
 
@@ -127,6 +128,10 @@ def run_partition_sweep(
                 "server_cpu_ms_per_mb": cpu * 1000 / (res["bytes"] / 1e6) if res["bytes"] else None,
                 "flush_cycles": d["kafscale_flush_cycles_total"],
                 "txns_per_cycle": d["kafscale_txns_total"] / cycles,
+                # cycle keys (docs/architecture.md): their folds, off the acknowledgement
+                # path, per cycle and per second of the run
+                "fold_txns_per_cycle": d["kafscale_fold_txns_total"] / cycles,
+                "fold_txns_per_s": d["kafscale_fold_txns_total"] / max(res["seconds"], 1e-9),
                 "segments_per_cycle": d["kafscale_segments_total"] / cycles,
                 "objects_per_cycle": (
                     d["kafscale_segments_total"] - d["kafscale_shared_segments_total"]
@@ -137,7 +142,8 @@ def run_partition_sweep(
             out[t.name].append(point)
             print(f"  partitions {t.name:<7} {n:>5}: {mbs:7.1f} MB/s  p99 {res['p99_ms']:8.1f} ms"
                   f"  CPU {point['server_cpu_ms_per_mb'] or 0:5.1f} ms/MB  txns/cycle"
-                  f" {point['txns_per_cycle']:.2f}  segs/cycle {point['segments_per_cycle']:.1f}"
+                  f" {point['txns_per_cycle']:.2f} (+{point['fold_txns_per_cycle']:.2f} folding)"
+                  f"  segs/cycle {point['segments_per_cycle']:.1f}"
                   f"  objects/cycle {point['objects_per_cycle']:.1f}"
                   f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}  commit p99"
                   f" {point.get('commit_p99_ms', math.nan):6.1f}  Produce p99"

@@ -27,10 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MIB = 1 << 20
-TARGETS = ("base", "local", "shared", "noval", "etcd", "workers", "s3", "s3shared", "mock")
-# the ``shared`` and ``s3shared`` targets: ``local`` and ``s3`` writing a flush cycle's
-# small segments as one shared object (docs/format.md, "Shared objects")
+TARGETS = (
+    "base", "local", "shared", "noval", "etcd", "etcdshared", "etcdcycles", "workers", "s3",
+    "s3shared", "s3cycles", "mock",
+)  # fmt: skip
+# the ``shared``, ``etcdshared`` and ``s3shared`` targets: ``local``, ``etcd`` and ``s3``
+# writing a flush cycle's small segments as one shared object (docs/format.md, "Shared
+# objects"); the ``*cycles`` targets: that, and committing a cycle as one cycle key
+# (docs/architecture.md, "Cycle keys")
 SHARED_ARGS = ["--shared-objects-min-partitions=2"]
+CYCLE_ARGS = [*SHARED_ARGS, "--cycle-keys-min-partitions=2"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,13 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         'one shared object (default 0 = never; docs/operations.md, "Shared objects")',
     ),
     (
+        "cycle-keys-min-partitions",
+        "cycle_keys_min_partitions",
+        int,
+        "a flush cycle of at least this many partitions commits as one metadata key, folded "
+        'later (default 0 = never; docs/operations.md, "Cycle keys")',
+    ),
+    (
         "shared-sweep-interval-ms",
         "shared_sweep_interval_ms",
         int,

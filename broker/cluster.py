@@ -92,6 +92,9 @@ class Cluster:
             config.node_id, config.advertised_host, config.advertised_port, config.rack, endpoints
         )
         self.lease_id = 0
+        # the create revision of this registration's ``/brokers/{id}``: the fence of its
+        # cycle-key commits (broker/fold.py); a new registration gets a new one
+        self.reg = 0
         self._brokers: dict[int, BrokerInfo] = {self.me.node_id: self.me}
         self._owners: dict[tuple[str, int], tuple[int, int]] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -167,6 +170,7 @@ class Cluster:
                 [Compare(key, "create_revision", "==", 0)], [Put(key, value, self.lease_id)]
             )
             if res.succeeded:
+                self.reg = res.revision
                 return
             log.warning(
                 "node id %d is still registered (previous process?); waiting up to %ds "

@@ -24,12 +24,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.meta.base import Compare, Delete, Get, MetaStore, MetaStoreError, Put
 from broker.meta.schema import end_key, owner_key, partition_logs_prefix
-from broker.partition import PartitionLog
+from broker.partition import CLOSED, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,9 @@ class Committer:
         # retention, DeleteRecords) compare the same end revisions
         self.lock = asyncio.Lock()
         self.stats = {"ambiguous": 0, "resolved": 0, "unresolved": 0}
+        # folds the cycle-key entries of logs before any other guarded transaction of
+        # theirs (broker/fold.py): their own keys must hold everything first
+        self.settle: Callable[[Sequence[PartitionLog]], Awaitable[None]] | None = None
 
     @staticmethod
     def guard(lg: PartitionLog) -> list[Compare]:
@@ -87,6 +90,7 @@ class Committer:
         probes: Mapping[str, bytes],
         *,
         moves_end: bool,
+        settle: bool = True,
     ) -> CommitResult:
         """Run ``ops`` under the guard of every log in ``lgs``.
 
@@ -94,7 +98,19 @@ class Committer:
         (a manifest entry naming a fresh object, an end value); ``moves_end``: whether
         ``ops`` rewrite the end keys (then a commit moves their revision to its own).
         The caller updates in-memory state; this updates only ``end_rev`` during a
-        resolution."""
+        resolution. ``settle``: fold the logs' cycle-key entries first (the fold itself
+        passes False); a log dropped by its fold rejects the transaction, unsent.
+
+        The caller holds ``lock``: the logs' state cannot move between building ``ops``
+        and sending them, and an end value in ``ops`` is built from ``hw`` (which the
+        fold makes the folded end)."""
+        if settle and self.settle is not None:
+            behind = [lg for lg in lgs if lg.unfolded]
+            if behind:
+                await self.settle(behind)
+                closed = tuple(lg for lg in lgs if lg.state == CLOSED)
+                if closed:
+                    return CommitResult(Outcome.REJECTED, 0, closed, resolved=True)
         compares = [c for lg in lgs for c in self.guard(lg)]
         try:
             res = await self.meta.txn(compares, ops)

@@ -36,6 +36,10 @@ class BrokerConfig:
     # a flush cycle of at least this many partitions writes their segments as ONE shared
     # object (segments/shared.py, docs/format.md "Shared objects"); 0: never
     shared_objects_min_partitions: int = 0
+    # a flush cycle of at least this many partitions commits as ONE metadata key, folded
+    # into the partitions' own keys later (broker/fold.py, docs/architecture.md "Cycle
+    # keys"); 0: never
+    cycle_keys_min_partitions: int = 0
     # how often the controller looks for shared objects no entry can name any more
     shared_sweep_interval_ms: int = 300_000
     max_request_bytes: int = 100 * 1024 * 1024

@@ -182,6 +182,8 @@ class ObjectDeleter:
         prefix = partition_prefix(self.config.namespace, lg.topic, lg.partition)
         logs = self.logs
         faults.checkpoint("sweep.before_list")
+        # committed in cycle keys, not folded yet: named, also if folded during the read
+        unfolded = [s for s, _k in lg.unfolded]
         try:
             infos = await logs.store.list(prefix)  # listed before the manifest is read
             res = await logs.meta.txn(
@@ -195,8 +197,9 @@ class ObjectDeleter:
             logs.drop(lg, "fenced (found by a sweep)")
             return 0
         named: set[str] = set(self._pending)
-        for kv in res.gets[0]:
-            key = logs.object_key(lg, SegmentMeta.from_json(entry_base(kv.key), kv.value))
+        metas = [SegmentMeta.from_json(entry_base(kv.key), kv.value) for kv in res.gets[0]]
+        for seg in (*metas, *unfolded, *(s for s, _k in lg.unfolded)):
+            key = logs.object_key(lg, seg)
             named.update((key, index_key_for(key)))
         garbage = self._garbage(lg, infos, prefix, named)
         if garbage:

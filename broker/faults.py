@@ -11,6 +11,10 @@ leaves it. The checkpoints are listed in docs/operations.md ("Fault tests").
 Checkpoints sit just before every place that deletes or writes objects:
 
 - ``flush.before_put``: a flush cycle, after building a segment, before its PUTs;
+- ``cycle.before_commit``: a flush cycle committed as a cycle key (broker/fold.py),
+  after its PUTs, before the transaction that acknowledges it;
+- ``fold.before_commit``: the fold of cycle-key entries into partitions' own keys,
+  before its transaction;
 - ``sweep.before_list``: an unreferenced-object sweep, before it looks at anything;
 - ``sweep.before_delete``: a sweep, after choosing its victims, before deleting them;
 - ``retire.before_delete``: the delayed deletion of merged-away or expired objects,
@@ -41,6 +45,8 @@ ENV = "KAFSCALE_FAULT_PAUSE"
 POINTS = frozenset(
     {
         "flush.before_put",
+        "cycle.before_commit",
+        "fold.before_commit",
         "sweep.before_list",
         "sweep.before_delete",
         "retire.before_delete",

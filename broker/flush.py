@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_CYCLES_IN_FLIGHT = 2
+# entries per cycle key (~250 bytes each): well inside etcd's 1.5 MiB request limit
+CYCLE_MAX_ENTRIES = 2000
 JOIN_OFF_LOOP_BYTES = 1 << 20
 
 Job = tuple[PartitionLog, list[PendingBatch]]
@@ -213,7 +215,10 @@ class Flusher:
             per_txn = max(1, self.logs.meta.max_txn_ops // 2)
             chunks = [done[i : i + per_txn] for i in range(0, len(done), per_txn)]
             async with self.logs.committer.lock:
-                if len(chunks) == 1:
+                if done and self.logs.folder.enabled([lg for lg, _p, _s in done]):
+                    for i in range(0, len(done), CYCLE_MAX_ENTRIES):
+                        await self._commit_cycle(done[i : i + CYCLE_MAX_ENTRIES])
+                elif len(chunks) == 1:
                     await self._commit(chunks[0])
                 else:  # disjoint partitions, each chunk guarded and settled on its own:
                     # sent together (etcd pipelines them; the embedded store writes them
@@ -371,6 +376,27 @@ class Flusher:
                 await self._commit([item])
             return
         await self._rejected(chunk, res)
+
+    async def _commit_cycle(self, done: list[Done]) -> None:
+        """Commit ``done`` as one cycle key (broker/fold.py): acknowledged at once, folded
+        into the partitions' own keys later."""
+        started = time.perf_counter()
+        res, key = await self.logs.folder.commit_cycle([(lg, seg) for lg, _p, seg in done])
+        self.logs.metrics.flush_commit.observe(time.perf_counter() - started)
+        self.stats["txns"] += 1
+        if res.outcome is Outcome.COMMITTED:
+            for lg, pend, seg in done:
+                lg.committed_in_cycle(seg, key, pend)
+            self.logs.folder.committed(key, [lg for lg, _p, _s in done])
+            return
+        if res.outcome is Outcome.UNKNOWN:
+            for lg, pend, _seg in done:
+                lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+                self.logs.drop(lg, "its last commit has an unknown outcome")
+            return
+        if not res.resolved:  # the registration is gone: so is every owner key of ours
+            log.warning("cycle commit %s fenced: this broker's registration is gone", key)
+        await self._rejected(done, CommitResult(Outcome.REJECTED, resolved=res.resolved))
 
     async def _rejected(self, chunk: list[Done], res: CommitResult) -> None:
         """Certainly not committed (and never will be): fail the appends."""

@@ -27,20 +27,24 @@ from typing import TYPE_CHECKING
 from broker import producer_snapshot
 from broker.commit import Committer
 from broker.flush import Flusher
+from broker.fold import Folder
 from broker.log_metrics import LogMetrics, first_offset, loss_reason
 from broker.maintenance import Maintenance
-from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStore, MetaStoreError, Put
+from broker.meta.base import (
+    Compare,
+    Delete,
+    KeyValue,
+    MetaStore,
+    MetaStoreError,
+    Put,
+)
 from broker.meta.schema import (
     EndValue,
     end_key,
     entry_base,
-    epoch_key,
-    epochs_prefix,
     owner_broker,
     owner_key,
     owner_value,
-    producers_key,
-    segments_prefix,
 )
 from broker.partition import (
     ACTIVE,
@@ -52,6 +56,7 @@ from broker.producer_rebuild import rebuild
 from broker.reads import Reader
 from broker.segment_loader import Piece
 from broker.shared_sweep import SharedSweeper
+from broker.take import Taker, take_txn
 from broker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
@@ -95,6 +100,8 @@ class LogManager:
         self.committer = Committer(meta, resolve_s=max(5.0, 2.0 * config.lease_ttl_s))
         self.commit_lock = self.committer.lock
         self.flusher = Flusher(self)
+        self.folder = Folder(self)
+        self.committer.settle = self.folder.fold_locked
         self.reader = Reader(self)
         self.stats = self.flusher.stats
         self.maintenance: Maintenance | None = None
@@ -110,6 +117,7 @@ class LogManager:
         self.maintenance.start()
         self.shared_sweep.start()
         self.flusher.start()
+        self.folder.start()
         self.cluster.add_listener(self._on_membership)
         self.cluster.on_lease_lost(self._drop_all)
         self.topics.add_listener(self._on_topic)
@@ -132,6 +140,9 @@ class LogManager:
             lg.state = RELEASING
         await self.flush_all()
         await self.flusher.stop()
+        await self.folder.stop()
+        with contextlib.suppress(MetaStoreError):  # else the next owners fold at their take
+            await self.folder.fold_all()
         for lg in list(self.logs.values()):
             await self._release_key(lg, keep_producers=True)
         self.logs.clear()
@@ -244,43 +255,43 @@ class LogManager:
         owner: KeyValue | None,
         end: KeyValue | None,
     ) -> PartitionLog | None:
-        okey, ekey = owner_key(topic, partition), end_key(topic, partition)
         prev = EndValue.decode(end.value) if end is not None else EndValue(0, 0, 0)
-        epoch = prev.epoch + 1
-        value = owner_value(self.config.node_id, epoch, topic_id)
-        compares = [
-            Compare(okey, "value", "==", owner.value)
-            if owner is not None
-            else Compare(okey, "create_revision", "==", 0),
-            Compare(ekey, "mod_revision", "==", end.mod_revision if end else 0),
-        ]
-        res = await self.meta.txn(
-            compares,
-            [
-                Put(okey, value, self.cluster.lease_id),
-                Put(ekey, EndValue(prev.next_offset, epoch, prev.log_start).encode()),
-                Put(epoch_key(topic, partition, epoch), str(prev.next_offset).encode()),
-                Get(segments_prefix(topic, partition), True),
-                Get(epochs_prefix(topic, partition), True),
-                Get(producers_key(topic, partition)),
-            ],
-        )
-        if not res.succeeded:
+        # our own dropped log: no commit of ours may land between the chain's read and
+        # the take (a cycle commit does not move the end key the take compares)
+        own = prev.broker == self.config.node_id
+        async with self.committer.lock if own else contextlib.nullcontext():
+            reg = self.cluster.reg if self.config.cycle_keys_min_partitions > 0 else 0
+            taken = await take_txn(
+                self.meta,
+                Taker(self.config.node_id, self.cluster.lease_id, reg),
+                (topic, partition, topic_id),
+                owner,
+                end,
+                prev,
+            )
+        if taken is None:
             return None
-        segs = [SegmentMeta.from_json(entry_base(kv.key), kv.value) for kv in res.gets[0]]
+        res, next_offset, chain = taken
+        epoch = prev.epoch + 1
+        by_base = {s.base: s for s in chain}
+        for kv in res.gets[0]:
+            by_base[entry_base(kv.key)] = SegmentMeta.from_json(entry_base(kv.key), kv.value)
+        segs = [by_base[b] for b in sorted(by_base)]
         epochs = [(entry_base(kv.key), int(kv.value)) for kv in res.gets[1]]
         lg = PartitionLog(
             topic,
             partition,
             topic_id,
             epoch,
-            value,
+            owner_value(self.config.node_id, epoch, topic_id),
             res.revision,
-            prev.next_offset,
+            next_offset,
             segs,
             epochs,
             prev.log_start,
         )
+        if reg:  # it commits through cycle keys: its end values name it
+            lg.owner_broker, lg.owner_reg = self.config.node_id, reg
         snap = res.gets[2][0].value if res.gets[2] else None
         try:
             await rebuild(
@@ -301,7 +312,7 @@ class LogManager:
             topic,
             partition,
             epoch,
-            prev.next_offset,
+            next_offset,
             len(segs),
         )
         if not self.cluster.owns_partition(topic, partition):
@@ -347,6 +358,10 @@ class LogManager:
     async def _hand_off(self, lg: PartitionLog) -> None:
         lg.state = RELEASING
         await self.flush([lg])
+        if lg.unfolded:  # else its next owner folds them at its take
+            with contextlib.suppress(MetaStoreError):
+                async with self.committer.lock:
+                    await self.folder.fold_locked([lg])
         await self._release_key(lg, keep_producers=True)
         if self.logs.get((lg.topic, lg.partition)) is lg:
             self.logs.pop((lg.topic, lg.partition), None)

@@ -44,7 +44,7 @@ from broker.compaction import Compactor
 from broker.deletion import ObjectDeleter
 from broker.maintenance_policy import plan_merges, retention_victims
 from broker.meta.base import Delete, Put
-from broker.meta.schema import end_json, end_key, seg_entry_key
+from broker.meta.schema import end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from broker.tasks import cancel_and_wait
 from broker.txn_partition import state_of
@@ -453,7 +453,7 @@ class Maintenance:
     ) -> None:
         logs = self.logs
         t, p = lg.topic, lg.partition
-        end = end_json(lg.hw, lg.epoch, start)
+        end = lg.end_at(lg.hw, start)  # folded first (Committer.commit): hw is the end
         ops: list[Put | Delete] = [Delete(seg_entry_key(t, p, s.base)) for s in chunk]
         ops.append(Put(end_key(t, p), end))
         res = await logs.committer.commit([lg], ops, {end_key(t, p): end}, moves_end=True)

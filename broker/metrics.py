@@ -116,6 +116,16 @@ SHARED_SWEEP_COUNTERS: dict[str, tuple[str, str]] = {
     ),
 }
 
+#: ``Folder.stats`` key -> (counter name without prefix and ``_total``, HELP)
+FOLD_COUNTERS: dict[str, tuple[str, str]] = {
+    "cycle_txns": ("cycle_txns", "Flush cycles committed as one cycle key (broker/fold.py)."),
+    "fold_txns": ("fold_txns", "Metadata transactions folding cycle-key entries."),
+    "folds": ("folds", "Folds of cycle-key entries into the partitions' own keys."),
+    "folded_segments": ("folded_segments", "Segments folded from cycle keys."),
+    "keys_deleted": ("cycle_keys_deleted", "Cycle keys deleted once folded or settled."),
+    "aborted": ("cycle_aborted", "Cycle commits of unknown outcome settled by a tombstone."),
+}
+
 #: ``Maintenance.stats`` key -> (counter name without prefix and ``_total``, HELP)
 MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
     "merges": ("maintenance_merges", "Runs of small segments merged into one segment."),
@@ -198,6 +208,7 @@ class BrokerCollector(Collector):
         yield from _counters(
             b.logs.shared_sweep.stats, SHARED_SWEEP_COUNTERS, "", "SharedSweeper.stats"
         )
+        yield from _counters(b.logs.folder.stats, FOLD_COUNTERS, "", "Folder.stats")
         maintenance = b.logs.maintenance
         if maintenance is not None:
             yield from _counters(

@@ -75,6 +75,10 @@ class PartitionLog:
         "object_seq",
         "txns",
         "snapshot_upto",
+        "owner_broker",
+        "owner_reg",
+        "folded",
+        "unfolded",
     )
 
     def __init__(
@@ -116,6 +120,14 @@ class PartitionLog:
         # offset of the persisted producer snapshot (broker.producer_snapshot); -1 none,
         # -2 one that must be rewritten
         self.snapshot_upto = -1
+        # an owner that commits through cycle keys (broker/fold.py) names itself in the end
+        # value: its node id and registration revision (-1, 0: it does not)
+        self.owner_broker = -1
+        self.owner_reg = 0
+        # the log end the partition's own keys hold; past it, segments committed in cycle
+        # keys and not folded yet, each with its cycle key (in offset order)
+        self.folded = next_offset
+        self.unfolded: list[tuple[SegmentMeta, str]] = []
 
     def new_object_name(self, base: int, last: int) -> str:
         """A writer-unique object name for a segment this owner writes (docs/format.md)."""
@@ -124,7 +136,12 @@ class PartitionLog:
 
     def end_value(self) -> bytes:
         """The committed value of the end key, as this owner last wrote or read it."""
-        return end_json(self.hw, self.epoch, self.log_start)
+        return self.end_at(self.folded)
+
+    def end_at(self, next_offset: int, log_start: int | None = None) -> bytes:
+        """An end value of this owner (its epoch, and its names when it folds cycles)."""
+        start = self.log_start if log_start is None else log_start
+        return end_json(next_offset, self.epoch, start, self.owner_broker, self.owner_reg)
 
     # -- write side ---------------------------------------------------------------------
     def append(self, header: BatchHeader, view: memoryview) -> AppendResult:
@@ -163,10 +180,28 @@ class PartitionLog:
         return pend
 
     def committed(self, seg: SegmentMeta, revision: int, pend: list[PendingBatch]) -> None:
+        """``seg`` committed to the partition's own keys (the end key now at ``revision``;
+        anything in cycle keys was folded first: ``Committer.commit``)."""
+        self._append_committed(seg, pend)
+        self.end_rev = revision
+        self.folded = self.hw
+
+    def committed_in_cycle(self, seg: SegmentMeta, key: str, pend: list[PendingBatch]) -> None:
+        """``seg`` committed in cycle key ``key``: acknowledged now, folded later."""
+        self.unfolded.append((seg, key))
+        self._append_committed(seg, pend)
+
+    def folded_upto(self, count: int, revision: int) -> None:
+        """The first ``count`` unfolded segments are in the partition's own keys now."""
+        done, self.unfolded = self.unfolded[:count], self.unfolded[count:]
+        if done:
+            self.folded = done[-1][0].last + 1
+        self.end_rev = revision
+
+    def _append_committed(self, seg: SegmentMeta, pend: list[PendingBatch]) -> None:
         self.segments.append(seg)
         self.bases.append(seg.base)
         self.hw = seg.last + 1
-        self.end_rev = revision
         for p in pend:
             if not p.future.done():
                 p.future.set_result(None)

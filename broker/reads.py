@@ -198,6 +198,10 @@ class Reader:
         # manifest and ``lg``'s can only differ if something is wrong (guarded on the
         # owner value alone: the end revision moves with every commit)
         async with logs.committer.lock:
+            if lg.unfolded:  # the store's manifest first holds what cycle keys name
+                await logs.folder.fold_locked([lg])
+                if lg.unfolded:
+                    raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             try:
                 res = await logs.meta.txn(
                     [logs.committer.owner_guard(lg)],

@@ -11,11 +11,13 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from broker.cycles import chain_of
 from broker.meta.base import MetaStore, open_meta
 from broker.meta.schema import (
     EndValue,
     SegmentMeta,
     TopicInfo,
+    cycles_prefix,
     end_key,
     entry_base,
     segments_prefix,
@@ -54,25 +56,57 @@ async def read_logs(
 ) -> list[PartitionLog]:
     """Every partition log of ``topics``; raises IngestError for an unknown topic."""
     logs: list[PartitionLog] = []
+    cycles = _Cycles(meta)
     for topic in topics:
         kv = await meta.get(topic_key(topic))
         if kv is None:
             raise IngestError(f"topic {topic!r} does not exist in the metadata store")
-        partitions = TopicInfo.from_json(topic, kv.value).partitions
-        for part in range(partitions):
-            logs.append(await _read_partition(meta, topic, part, namespace))
+        info = TopicInfo.from_json(topic, kv.value)
+        for part in range(info.partitions):
+            logs.append(await _read_partition(meta, topic, part, namespace, cycles, info))
     return logs
 
 
-async def _read_partition(meta: MetaStore, topic: str, part: int, namespace: str) -> PartitionLog:
+class _Cycles:
+    """The cycle keys of each owner an end value names, read once per plan: entries
+    acknowledged and not folded into the partitions' own keys yet (broker/cycles.py)."""
+
+    def __init__(self, meta: MetaStore) -> None:
+        self.meta = meta
+        self.values: dict[tuple[int, int], list[bytes]] = {}
+
+    async def chain(
+        self, end: EndValue, topic: str, part: int, info: TopicInfo
+    ) -> list[SegmentMeta]:
+        if end.broker < 0:
+            return []
+        owner = (end.broker, end.reg)
+        if owner not in self.values:
+            kvs = await self.meta.range(cycles_prefix(end.broker, end.reg))
+            self.values[owner] = [kv.value for kv in kvs]
+        return chain_of(self.values[owner], end, topic, part, info.topic_id.hex)
+
+
+async def _read_partition(
+    meta: MetaStore, topic: str, part: int, namespace: str, cycles: _Cycles, info: TopicInfo
+) -> PartitionLog:
+    # the end first: entries committed after it are past it, and are skipped below
     end_kv = await meta.get(end_key(topic, part))
-    next_offset = EndValue.decode(end_kv.value).next_offset if end_kv else 0
+    end = EndValue.decode(end_kv.value) if end_kv else EndValue(0, 0)
+    chain = await cycles.chain(end, topic, part, info)
+    next_offset = chain[-1].last + 1 if chain else end.next_offset
     lso, aborted = await read_txns(meta, topic, part)
     if lso is not None:
         next_offset = min(next_offset, lso)
     refs: list[SegmentRef] = []
-    for kv in await meta.range(segments_prefix(topic, part)):
-        entry = SegmentMeta.from_json(entry_base(kv.key), kv.value)
+    own = [
+        SegmentMeta.from_json(entry_base(kv.key), kv.value)
+        for kv in await meta.range(segments_prefix(topic, part))
+    ]
+    # folded (and maybe merged) since the chain was read: the own entries say so
+    covered = max((e.last + 1 for e in own), default=0)
+    by_base = {e.base: e for e in (*own, *(c for c in chain if c.base >= covered))}
+    for entry in by_base.values():
         if entry.base >= next_offset:
             continue  # not committed as part of the log end yet
         refs.append(

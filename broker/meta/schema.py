@@ -11,6 +11,7 @@ build and parse metadata keys and values here and nowhere else.
     /logs/{topic}/{p}/segments/{base:020d} -> SegmentMeta (a manifest entry)
     /logs/{topic}/{p}/epochs/{epoch:010d}  -> start offset of that leader epoch
     /logs/{topic}/{p}/producers            -> ProducerSnapshot (idempotent producers)
+    /cycles/{broker}/{reg:020d}/{seq:020d} -> cycle_json (entries not folded yet)
     /groups/{group, quoted}/state          -> groupcoord.GroupRecord
     /groups/{group, quoted}/consumer       -> groupcoord.consumer_model.ConsumerGroupState
     /groups/{group, quoted}/offsets/{t}/{p}-> groupcoord.OffsetRecord
@@ -32,7 +33,7 @@ from __future__ import annotations
 import json
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from urllib.parse import quote, unquote
@@ -168,27 +169,39 @@ def entry_base(key: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class EndValue:
-    """``/logs/{t}/{p}/end``: the committed log end, the owner epoch, the log start."""
+    """``/logs/{t}/{p}/end``: the committed log end, the owner epoch, the log start, and
+    (an owner that commits through cycle keys) the owner's node id and registration
+    revision: where the take looks for the epoch's entries not folded yet
+    (docs/architecture.md, "Cycle keys")."""
 
     next_offset: int
     epoch: int
     log_start: int = 0
+    broker: int = -1
+    reg: int = 0
 
     def encode(self) -> bytes:
-        return end_json(self.next_offset, self.epoch, self.log_start)
+        return end_json(self.next_offset, self.epoch, self.log_start, self.broker, self.reg)
 
     @classmethod
     def decode(cls, value: bytes) -> EndValue:
         d = json.loads(value)
-        return cls(int(d["next_offset"]), int(d["epoch"]), int(d.get("log_start", 0)))
+        return cls(
+            int(d["next_offset"]),
+            int(d["epoch"]),
+            int(d.get("log_start", 0)),
+            int(d.get("broker", -1)),
+            int(d.get("reg", 0)),
+        )
 
 
-def end_json(next_offset: int, epoch: int, log_start: int) -> bytes:
-    """The value of ``/logs/{t}/{p}/end`` (``log_start``: docs/format.md, log start)."""
-    return json.dumps(
-        {"next_offset": next_offset, "epoch": epoch, "log_start": log_start},
-        separators=(",", ":"),
-    ).encode()
+def end_json(next_offset: int, epoch: int, log_start: int, broker: int = -1, reg: int = 0) -> bytes:
+    """The value of ``/logs/{t}/{p}/end`` (``log_start``: docs/format.md, log start;
+    ``broker``/``reg`` only from an owner that commits through cycle keys)."""
+    d = {"next_offset": next_offset, "epoch": epoch, "log_start": log_start}
+    if broker >= 0:
+        d["broker"], d["reg"] = broker, reg
+    return json.dumps(d, separators=(",", ":")).encode()
 
 
 def owner_value(broker: int, epoch: int, topic_id: uuid.UUID) -> bytes:
@@ -289,6 +302,66 @@ class SegmentMeta:
 
 def producers_key(topic: str, partition: int) -> str:
     return f"/logs/{topic}/{partition}/producers"
+
+
+# ---------------------------------------------------------------------------- cycle keys
+
+CYCLES_PREFIX = "/cycles/"
+
+
+def cycles_prefix(broker: int, reg: int | None = None) -> str:
+    """Every cycle key of ``broker`` (of one registration revision ``reg``)."""
+    if reg is None:
+        return f"{CYCLES_PREFIX}{broker}/"
+    return f"{CYCLES_PREFIX}{broker}/{reg:020d}/"
+
+
+def cycle_key(broker: int, reg: int, seq: int) -> str:
+    return f"{cycles_prefix(broker, reg)}{seq:020d}"
+
+
+def cycle_key_owner(key: str) -> tuple[int, int] | None:
+    """(broker, registration revision) of a cycle key (None for anything else)."""
+    parts = key[len(CYCLES_PREFIX) :].split("/") if key.startswith(CYCLES_PREFIX) else []
+    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+@dataclass(frozen=True, slots=True)
+class CycleEntry:
+    """One partition's segment in a cycle key: committed (acknowledged) when the key
+    was created, folded into the partition's own keys later (docs/format.md)."""
+
+    topic: str
+    partition: int
+    topic_id: str  # hex
+    epoch: int
+    segment: SegmentMeta
+
+
+def cycle_json(entries: Sequence[CycleEntry], *, aborted: bool = False) -> bytes:
+    """A cycle key's value. ``aborted``: the tombstone a resolution puts in place of a
+    cycle whose commit had an unknown outcome (its entries were never acknowledged and
+    the original can no longer be created)."""
+    doc = {
+        "aborted": aborted,
+        "entries": [
+            [e.topic, e.partition, e.topic_id, e.epoch, json.loads(e.segment.to_json())]
+            for e in entries
+        ],
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def parse_cycle(value: bytes) -> tuple[bool, list[CycleEntry]]:
+    """(aborted, entries) of a cycle key's value."""
+    doc = json.loads(value)
+    out = []
+    for topic, partition, topic_id, epoch, seg in doc["entries"]:
+        meta = SegmentMeta.from_json(int(seg["base"]), json.dumps(seg).encode())
+        out.append(CycleEntry(str(topic), int(partition), str(topic_id), int(epoch), meta))
+    return bool(doc["aborted"]), out
 
 
 _SNAP_MAGIC_V1 = b"KPS1"  # before producer expiry: no last write time per producer

@@ -36,6 +36,16 @@ def _fake_broker(maintenance: Any) -> Any:
         },
         maintenance=maintenance,
         shared_sweep=SimpleNamespace(stats={"shared_passes": 8, "shared_deleted": 1}),
+        folder=SimpleNamespace(
+            stats={
+                "cycle_txns": 4,
+                "fold_txns": 2,
+                "folds": 2,
+                "folded_segments": 7,
+                "keys_deleted": 3,
+                "aborted": 1,
+            }  # fmt: skip
+        ),
         committer=SimpleNamespace(stats={"ambiguous": 2, "resolved": 2, "unresolved": 0}),
     )
     cluster_stats = {"lease_refreshes": 30, "lease_losses": 1, "max_refresh_gap_s": 3.5}
@@ -98,6 +108,12 @@ def test_every_figure_is_exported_with_help_and_type() -> None:
         "kafscale_shared_segments_total": ("counter", 3),
         "kafscale_shared_sweep_passes_total": ("counter", 8),
         "kafscale_shared_objects_deleted_total": ("counter", 1),
+        "kafscale_cycle_txns_total": ("counter", 4),
+        "kafscale_fold_txns_total": ("counter", 2),
+        "kafscale_folds_total": ("counter", 2),
+        "kafscale_folded_segments_total": ("counter", 7),
+        "kafscale_cycle_keys_deleted_total": ("counter", 3),
+        "kafscale_cycle_aborted_total": ("counter", 1),
         "kafscale_maintenance_merges_total": ("counter", 2),
         "kafscale_maintenance_merged_segments_total": ("counter", 9),
         "kafscale_maintenance_dropped_segments_total": ("counter", 4),

@@ -1,0 +1,302 @@
+"""Cycle keys: a flush cycle of many partitions committed as ONE metadata key, folded later.
+
+With ``--cycle-keys-min-partitions N`` (0: off), a flush cycle of at least N partitions
+commits one transaction whatever its partition count (etcd allows 128 operations per
+transaction; per partition the cycle would need two compares and two puts):
+
+* compare ``/brokers/{id}``'s create revision with this broker's registration (its
+  lease alive: every owner key it holds is alive, docs/architecture.md "Cycle keys"),
+* compare the new key ``/cycles/{id}/{reg}/{seq}`` absent, and put it: every segment of
+  the cycle with its partition, topic id and owner epoch (``broker.meta.schema``).
+
+The appends are acknowledged when it commits. The owner then **folds** the entries into
+each partition's own keys (manifest entry, end) with the usual guarded transactions,
+every ``FOLD_INTERVAL_S`` or once ``FOLD_AT_KEYS`` keys wait, before any other guarded
+transaction of the partition (``Committer.commit``'s hook), and at a hand-off; a key
+whose entries are all folded is deleted. A partition dropped before its fold leaves its
+entries in the keys: its next owner folds them at its take (``broker/cycles.py``).
+
+A cycle commit whose outcome the store cannot confirm is settled by putting an *aborted*
+tombstone under the same key (the original compares the key absent, so only one of the
+two can ever be applied): finding the original there means committed, putting the
+tombstone means never. Tombstones and keys left by dropped partitions are deleted once
+every entry is settled (``broker.cycles.entry_settled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from broker import faults
+from broker.commit import CommitResult, Outcome
+from broker.cycles import entries_of, entry_settled
+from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStoreError, Put
+from broker.meta.schema import (
+    CycleEntry,
+    SegmentMeta,
+    broker_key,
+    cycle_json,
+    cycle_key,
+    cycle_key_owner,
+    cycles_prefix,
+    end_key,
+    seg_entry_key,
+    topic_key,
+)
+from broker.partition import CLOSED, PartitionLog
+from broker.tasks import cancel_and_wait
+
+if TYPE_CHECKING:
+    from broker.logs import LogManager
+
+log = logging.getLogger(__name__)
+
+FOLD_INTERVAL_S = 1.0
+FOLD_AT_KEYS = 32  # keys waiting for their fold: fold now
+LEFTOVER_CHECK_S = 10.0
+RESOLVE_RETRY_S = 0.1
+
+
+class Folder:
+    """Cycle commits and folds of the partitions this broker owns (one per LogManager)."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self.logs = logs
+        self.config = logs.config
+        # own cycle keys -> the logs with entries in them not folded yet
+        self.keys: dict[str, set[PartitionLog]] = {}
+        # own keys no log of this broker will fold (dropped, aborted), checked for settled
+        self.leftovers: set[str] = set()
+        self._deletable: list[str] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._last_leftover_check = 0.0
+        self.stats = {
+            "cycle_txns": 0, "folds": 0, "fold_txns": 0, "folded_segments": 0,
+            "keys_deleted": 0, "aborted": 0,
+        }  # fmt: skip
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="cycle-fold")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
+
+    def enabled(self, lgs: Sequence[PartitionLog]) -> bool:
+        """Whether a cycle of ``lgs`` commits as a cycle key: on, enough partitions, and
+        every one taken under this broker's current registration (so its end names it)."""
+        n = self.config.cycle_keys_min_partitions
+        reg = self.logs.cluster.reg
+        return 0 < n <= len(lgs) and reg > 0 and all(lg.owner_reg == reg for lg in lgs)
+
+    # -- the commit -----------------------------------------------------------------------
+    async def commit_cycle(
+        self, segs: Sequence[tuple[PartitionLog, SegmentMeta]]
+    ) -> tuple[CommitResult, str]:
+        """Commit one cycle key naming ``segs`` (the caller holds the commit lock and
+        updates the logs); its outcome and the key. REJECTED: never applied, because the
+        registration is gone (not ``resolved``: the logs are fenced) or a tombstone now
+        holds the key (``resolved``)."""
+        reg = self.logs.cluster.reg
+        self._seq += 1
+        key = cycle_key(self.config.node_id, reg, self._seq)
+        entries = [
+            CycleEntry(lg.topic, lg.partition, lg.topic_id.hex, lg.epoch, seg) for lg, seg in segs
+        ]
+        fence = [
+            Compare(broker_key(self.config.node_id), "create_revision", "==", reg),
+            Compare(key, "create_revision", "==", 0),
+        ]
+        self.stats["cycle_txns"] += 1
+        faults.checkpoint("cycle.before_commit")
+        try:
+            res = await self.logs.meta.txn(fence, [Put(key, cycle_json(entries))])
+        except MetaStoreError as exc:
+            log.warning("cycle commit %s outcome unknown (%s); resolving", key, exc)
+            outcome = await self._resolve(key, entries)
+            return CommitResult(outcome, resolved=outcome is not Outcome.UNKNOWN), key
+        if res.succeeded:
+            return CommitResult(Outcome.COMMITTED, res.revision), key
+        return CommitResult(Outcome.REJECTED), key
+
+    async def _resolve(self, key: str, entries: list[CycleEntry]) -> Outcome:
+        """Put the aborted tombstone unless the original is there (see the module doc)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.logs.committer.resolve_s
+        while True:
+            try:
+                res = await self.logs.meta.txn(
+                    [Compare(key, "create_revision", "==", 0)],
+                    [Put(key, cycle_json(entries, aborted=True))],
+                    [Get(key)],
+                )
+                break
+            except MetaStoreError as exc:
+                if loop.time() + RESOLVE_RETRY_S >= deadline:
+                    log.warning("cycle commit %s: outcome still unknown (%s)", key, exc)
+                    return Outcome.UNKNOWN
+                await asyncio.sleep(RESOLVE_RETRY_S)  # back-off between attempts
+        if res.succeeded:
+            self.stats["aborted"] += 1
+            self.leftovers.add(key)
+            log.warning("cycle commit %s resolved: rejected (tombstone put)", key)
+            return Outcome.REJECTED
+        log.warning("cycle commit %s resolved: committed", key)
+        return Outcome.COMMITTED
+
+    def committed(self, key: str, lgs: Sequence[PartitionLog]) -> None:
+        self.keys[key] = set(lgs)
+        if len(self.keys) >= FOLD_AT_KEYS:
+            self._wake.set()
+
+    # -- folding --------------------------------------------------------------------------
+    async def fold_locked(self, lgs: Sequence[PartitionLog]) -> None:
+        """Fold every unfolded segment of ``lgs`` into their own keys (the caller holds
+        the commit lock). A log whose fold fails is dropped: its entries stay in the
+        cycle keys for its next owner."""
+        todo = [lg for lg in lgs if lg.unfolded and lg.state != CLOSED]
+        limit = self.logs.meta.max_txn_ops
+        while todo:
+            group: list[tuple[PartitionLog, int]] = []
+            puts = 0
+            for lg in todo:
+                n = min(len(lg.unfolded), limit - 1)
+                if group and (puts + n + 1 > limit or 2 * (len(group) + 1) > limit):
+                    break
+                group.append((lg, n))
+                puts += n + 1
+            await self._fold_group(group)
+            todo = [lg for lg in todo if lg.unfolded and lg.state != CLOSED]
+        self.stats["folds"] += 1
+
+    async def _fold_group(self, group: list[tuple[PartitionLog, int]]) -> None:
+        ops: list[Put | Delete] = []
+        probes: dict[str, bytes] = {}
+        for lg, n in group:
+            segs = [s for s, _k in lg.unfolded[:n]]
+            for seg in segs:
+                ops.append(Put(seg_entry_key(lg.topic, lg.partition, seg.base), seg.to_json()))
+            first = seg_entry_key(lg.topic, lg.partition, segs[0].base)
+            probes[first] = segs[0].to_json()
+            ops.append(Put(end_key(lg.topic, lg.partition), lg.end_at(segs[-1].last + 1)))
+        lgs = [lg for lg, _n in group]
+        self.stats["fold_txns"] += 1
+        faults.checkpoint("fold.before_commit")
+        res = await self.logs.committer.commit(lgs, ops, probes, moves_end=True, settle=False)
+        if res.outcome is Outcome.REJECTED and not res.resolved and len(group) > 1:
+            for item in group:  # find which partition's guard failed
+                await self._fold_group([item])
+            return
+        if res.outcome is not Outcome.COMMITTED:
+            why = "a fold had an unknown outcome" if res.outcome is Outcome.UNKNOWN else "fenced"
+            for lg in lgs:
+                self.logs.drop(lg, f"{why} (its cycle entries are left to its next owner)")
+            return
+        for lg, n in group:
+            keys = {k for _s, k in lg.unfolded[:n]}
+            lg.folded_upto(n, res.revision)
+            self.stats["folded_segments"] += n
+            still = {k for _s, k in lg.unfolded}
+            for key in keys - still:
+                waiting = self.keys.get(key)
+                if waiting is not None:
+                    waiting.discard(lg)
+                    if not waiting:
+                        del self.keys[key]
+                        self._deletable.append(key)
+        for lg in res.fenced:
+            self.logs.drop(lg, "fenced after a fold")
+
+    async def fold_all(self) -> None:
+        """One fold of every owned log with unfolded segments, then the deletions due."""
+        lgs = [lg for lg in self.logs.logs.values() if lg.unfolded]
+        if lgs:
+            async with self.logs.committer.lock:
+                await self.fold_locked(lgs)
+        await self._delete_folded()
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        await self._check_old_registrations()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FOLD_INTERVAL_S):
+                    await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.fold_all()
+                self._collect_dropped()
+                if self.leftovers and loop.time() - self._last_leftover_check >= LEFTOVER_CHECK_S:
+                    self._last_leftover_check = loop.time()
+                    await self._check_leftovers(sorted(self.leftovers))
+            except MetaStoreError as exc:
+                log.warning("cycle fold: %s (retried)", exc)
+
+    # -- deleting keys --------------------------------------------------------------------
+    async def _delete_folded(self) -> None:
+        while self._deletable:
+            chunk = self._deletable[: self.logs.meta.max_txn_ops]
+            await self.logs.meta.txn([], [Delete(k) for k in chunk])
+            del self._deletable[: len(chunk)]
+            self.stats["keys_deleted"] += len(chunk)
+
+    def _collect_dropped(self) -> None:
+        """Keys still waiting only on logs this broker no longer serves: leftovers."""
+        for key, waiting in list(self.keys.items()):
+            if all(lg.state == CLOSED for lg in waiting):
+                del self.keys[key]
+                self.leftovers.add(key)
+
+    async def _check_old_registrations(self) -> None:
+        """Keys of this node id's earlier registrations (a restart, a lost lease)."""
+        prefix = cycles_prefix(self.config.node_id)
+        try:
+            kvs = await self.logs.meta.range(prefix)
+        except MetaStoreError as exc:
+            log.warning("earlier cycle keys not checked: %s", exc)
+            return
+        old = [
+            kv.key for kv in kvs if (cycle_key_owner(kv.key) or (0, 0))[1] != self.logs.cluster.reg
+        ]
+        self.leftovers.update(old)
+
+    async def _check_leftovers(self, keys: list[str]) -> None:
+        """Delete the leftover keys whose every entry is settled."""
+        meta = self.logs.meta
+        for key in keys:
+            kv = await meta.get(key)
+            if kv is None:
+                self.leftovers.discard(key)
+                continue
+            if await self._settled(entries_of([kv])):
+                await meta.txn([Compare(key, "mod_revision", "==", kv.mod_revision)], [Delete(key)])
+                self.leftovers.discard(key)
+                self.stats["keys_deleted"] += 1
+
+    async def _settled(self, entries: list[CycleEntry]) -> bool:
+        per = max(1, self.logs.meta.max_txn_ops // 2)
+        for i in range(0, len(entries), per):
+            chunk = entries[i : i + per]
+            gets = [
+                g
+                for e in chunk
+                for g in (Get(topic_key(e.topic)), Get(end_key(e.topic, e.partition)))
+            ]
+            res = await self.logs.meta.txn([], gets)
+            for j, e in enumerate(chunk):
+                topic, end = _one(res.gets[2 * j]), _one(res.gets[2 * j + 1])
+                if not entry_settled(e, topic, end):
+                    return False
+        return True
+
+
+def _one(kvs: Sequence[KeyValue]) -> KeyValue | None:
+    return kvs[0] if kvs else None

@@ -1,0 +1,371 @@
+"""Cycle keys (broker/fold.py): a flush cycle committed as one metadata key and folded
+into the partitions' own keys later, deterministically and with faults.
+
+An in-process broker with ``cycle_keys_min_partitions=1`` (every cycle commits as a
+cycle key) over the embedded metadata store and a local directory, and over a real etcd
+and SeaweedFS. Its background fold is stopped: each test folds when it means to, so an
+acknowledged segment is named only by its cycle key for as long as the test needs. The
+store is wrapped (``FlakyMeta``) so that one chosen transaction is applied or not and
+then reported failed. Every acknowledged record must read back, from this broker and
+from the next one to take the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.meta.base import Compare, Put, open_meta
+from broker.meta.schema import CYCLES_PREFIX, broker_key, parse_cycle, segments_prefix
+from broker.server import Broker
+from ingest_job.manifest import read_logs
+from protocol.errors import ErrorCode
+from tests.fixtures.s3 import create_bucket
+from tests.integration.broker.test_ambiguous_commits import (
+    FlakyMeta,
+    append,
+    commit,
+    config,
+    outcome,
+    puts_under,
+    values,
+)
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "cyc"
+
+
+async def start(cfg: BrokerConfig) -> tuple[Broker, FlakyMeta]:
+    meta = FlakyMeta(open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix))
+    b = Broker(cfg, meta=meta)
+    await b.start()
+    await b.logs.folder.stop()  # the tests fold explicitly
+    b.logs.committer.resolve_s = 0.5
+    return b, meta
+
+
+async def crash_stop(b: Broker) -> None:
+    """Stop ``b`` without folding: its acknowledged segments stay in its cycle keys, as
+    after a crash (its partitions are released, so the next broker takes them at once)."""
+
+    async def no_fold() -> None:
+        return None
+
+    b.logs.folder.fold_all = no_fold  # type: ignore[method-assign]
+    await b.stop()
+
+
+@pytest.fixture(params=["local", "s3-etcd"])
+async def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> BrokerConfig:
+    kw: dict[str, Any] = {"cycle_keys_min_partitions": 1}
+    if request.param == "s3-etcd":
+        endpoint = request.getfixturevalue("seaweedfs_s3")
+        bucket = await asyncio.to_thread(create_bucket, endpoint)
+        kw |= {
+            "store_url": endpoint.store_url(bucket, "kafscale"),
+            "meta_url": request.getfixturevalue("etcd_url"),
+            "meta_prefix": f"/cyc-{uuid.uuid4().hex[:8]}",
+        }
+    return config(tmp_path, **kw)
+
+
+@pytest.fixture
+async def node(cfg: BrokerConfig) -> AsyncIterator[tuple[Broker, FlakyMeta]]:
+    b, meta = await start(cfg)
+    await b.topics.create(TOPIC, 1)
+    try:
+        yield b, meta
+    finally:
+        meta.match, meta.down = None, 0
+        await b.stop()
+
+
+async def cycle_keys(b: Broker) -> dict[str, tuple[bool, int]]:
+    """Every cycle key: (aborted, entries)."""
+    out = {}
+    for kv in await b.meta.range(CYCLES_PREFIX):
+        aborted, entries = parse_cycle(kv.value)
+        out[kv.key] = (aborted, len(entries))
+    return out
+
+
+async def own_entries(b: Broker, topic: str, partition: int) -> list[int]:
+    """Base offsets of the partition's own manifest entries."""
+    return [
+        int(kv.key.rsplit("/", 1)[1])
+        for kv in await b.meta.range(segments_prefix(topic, partition))
+    ]
+
+
+async def own_end(b: Broker, topic: str, partition: int) -> dict[str, int]:
+    kv = await b.meta.get(f"/logs/{topic}/{partition}/end")
+    assert kv is not None
+    return dict(json.loads(kv.value))
+
+
+def tags(*names: str) -> list[bytes]:
+    return [f"{t}-{j}".encode() for t in names for j in range(2)]
+
+
+async def test_a_wide_cycle_is_one_transaction_and_its_fold_names_everything(
+    node: tuple[Broker, FlakyMeta], cfg: BrokerConfig
+) -> None:
+    b, _meta = node
+    await b.topics.create("wide", 150)
+    lgs = [await b.logs.get("wide", p) for p in range(150)]
+    txns = b.logs.flusher.stats["txns"]
+    results = [append(b, lg, f"w{lg.partition}") for lg in lgs]
+    assert [await outcome(r) for r in results] == [ErrorCode.NONE] * 150
+    assert b.logs.flusher.stats["txns"] - txns == 1  # one cycle: one transaction, not three
+    keys = await cycle_keys(b)
+    assert list(keys.values()) == [(False, 150)]
+    assert (
+        await own_entries(b, "wide", 7) == [] and (await own_end(b, "wide", 7))["next_offset"] == 0
+    )
+    b.logs.cache.clear()
+    assert await values(b, lgs[7]) == tags("w7")  # served while named by the cycle key alone
+    await b.logs.folder.fold_all()
+    assert b.logs.folder.stats["fold_txns"] == 3  # 64 partitions per transaction
+    assert await cycle_keys(b) == {}  # every entry folded: the key is gone
+    for lg in lgs:
+        assert lg.unfolded == [] and lg.folded == 2
+        assert await own_entries(b, "wide", lg.partition) == [0]
+        end = await own_end(b, "wide", lg.partition)
+        assert end["next_offset"] == 2 and end["broker"] == cfg.node_id
+    assert await commit(b, lgs[3], "again") == ErrorCode.NONE  # the end revision is right
+
+
+async def test_the_next_owner_folds_what_a_crashed_one_left(cfg: BrokerConfig) -> None:
+    b, _meta = await start(cfg)
+    await b.topics.create(TOPIC, 2)
+    lgs = [await b.logs.get(TOPIC, p) for p in range(2)]
+    for tag in "abc":
+        assert await commit(b, lgs[0], tag) == ErrorCode.NONE
+    assert await commit(b, lgs[1], "x") == ErrorCode.NONE
+    assert len(await cycle_keys(b)) == 4 and await own_entries(b, TOPIC, 0) == []
+    reg = b.cluster.reg
+    await crash_stop(b)
+    b2, _m2 = await start(cfg)
+    try:
+        assert b2.cluster.reg != reg  # a new registration: its cycle keys are elsewhere
+        lg = await b2.logs.get(TOPIC, 0)
+        assert lg.hw == 6 and await values(b2, lg) == tags("a", "b", "c")
+        assert await own_entries(b2, TOPIC, 0) == [0, 2, 4]  # folded by the take itself
+        end = await own_end(b2, TOPIC, 0)
+        assert end["next_offset"] == 6 and end["epoch"] == 2 and end["reg"] == b2.cluster.reg
+        assert await commit(b2, lg, "d") == ErrorCode.NONE
+        lg1 = await b2.logs.get(TOPIC, 1)
+        assert await values(b2, lg1) == tags("x")
+        # the earlier registration's keys are all settled now: deleted as leftovers
+        folder = b2.logs.folder
+        await folder._check_old_registrations()
+        await folder._check_leftovers(sorted(folder.leftovers))
+        assert [k for k in await cycle_keys(b2) if f"/{reg:020d}/" in k] == []
+        b2.logs.cache.clear()
+        assert await values(b2, lg) == tags("a", "b", "c", "d")
+    finally:
+        await b2.stop()
+
+
+async def test_a_take_of_a_long_chain_folds_it_in_steps(cfg: BrokerConfig) -> None:
+    """More unfolded segments than one transaction can put: folded under the old epoch
+    first, then taken."""
+    b, _meta = await start(cfg)
+    await b.topics.create(TOPIC, 1)
+    lg = await b.logs.get(TOPIC, 0)
+    n = 140
+    for i in range(n):
+        assert await commit(b, lg, f"s{i}") == ErrorCode.NONE
+    await crash_stop(b)
+    b2, _m2 = await start(cfg)
+    try:
+        lg2 = await b2.logs.get(TOPIC, 0)
+        assert lg2.hw == 2 * n and lg2.epoch == 2
+        assert len(await own_entries(b2, TOPIC, 0)) == n
+        b2.logs.cache.clear()
+        assert await values(b2, lg2) == tags(*(f"s{i}" for i in range(n)))
+    finally:
+        await b2.stop()
+
+
+async def test_a_dropped_log_is_taken_again_with_its_cycle_entries(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    b, _meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "ab":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    b.logs.drop(lg, "a test")
+    lg2 = await b.logs.get(TOPIC, 0)
+    assert lg2 is not lg and lg2.hw == 4 and lg2.epoch == lg.epoch + 1
+    assert await own_entries(b, TOPIC, 0) == [0, 2]
+    folder = b.logs.folder
+    folder._collect_dropped()  # the keys waited only on the dropped log
+    assert len(folder.leftovers) == 2 and folder.keys == {}
+    await folder._check_leftovers(sorted(folder.leftovers))
+    assert await cycle_keys(b) == {} and folder.leftovers == set()
+    assert await values(b, lg2) == tags("a", "b")
+
+
+async def test_applied_cycle_commit_reported_failed_is_acknowledged(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    meta.arm(puts_under(CYCLES_PREFIX), apply=True)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    assert meta.hits == 1 and list((await cycle_keys(b)).values()) == [(False, 1)]
+    assert await commit(b, lg, "b") == ErrorCode.NONE
+    await b.logs.folder.fold_all()
+    assert await own_entries(b, TOPIC, 0) == [0, 2] and await cycle_keys(b) == {}
+    b.logs.cache.clear()
+    assert await values(b, lg) == tags("a", "b")
+
+
+async def test_unapplied_cycle_commit_is_retriable_and_can_never_apply(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    meta.arm(puts_under(CYCLES_PREFIX), apply=False)
+    assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR  # retriable
+    assert lg.hw == 2 and lg.state == "active"
+    keys = await cycle_keys(b)
+    (tomb,) = [k for k, (aborted, _n) in keys.items() if aborted]
+    # the original transaction, arriving late, finds the tombstone: never applied
+    late = await meta.inner.txn([Compare(tomb, "create_revision", "==", 0)], [Put(tomb, b"{}")])
+    assert not late.succeeded
+    assert await commit(b, lg, "b2") == ErrorCode.NONE  # the retry, at the same offsets
+    await b.logs.folder.fold_all()
+    folder = b.logs.folder
+    assert tomb in folder.leftovers
+    await folder._check_leftovers(sorted(folder.leftovers))  # its offsets are folded past
+    assert await cycle_keys(b) == {}
+    b.logs.cache.clear()
+    assert await values(b, lg) == tags("a", "b2")
+
+
+@pytest.mark.parametrize("applied", [True, False])
+async def test_unknown_cycle_outcome_drops_the_log_and_the_take_settles_it(
+    node: tuple[Broker, FlakyMeta], applied: bool
+) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    meta.arm(puts_under(CYCLES_PREFIX), apply=applied, down=1_000_000)
+    assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR
+    assert lg.state == "closed" and b.logs.logs.get((TOPIC, 0)) is None
+    meta.down = 0
+    lg2 = await b.logs.get(TOPIC, 0)
+    expected = tags("a", "b") if applied else tags("a")
+    assert lg2.hw == len(expected) and await values(b, lg2) == expected
+    assert await commit(b, lg2, "c") == ErrorCode.NONE
+    b.logs.cache.clear()
+    assert await values(b, lg2) == [*expected, *tags("c")]
+
+
+async def test_a_merge_folds_first(node: tuple[Broker, FlakyMeta], cfg: BrokerConfig) -> None:
+    b, _meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "abcd":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    maint = b.logs.maintenance
+    assert maint is not None and len(lg.unfolded) == 4
+    assert await maint.merge_partition(lg) == 1
+    assert lg.unfolded == [] and [(s.base, s.last) for s in lg.segments] == [(0, 7)]
+    assert (
+        await own_entries(b, TOPIC, 0) == [0] and (await own_end(b, TOPIC, 0))["next_offset"] == 8
+    )
+    await b.logs.folder.fold_all()  # the keys' deletions, due since the merge's fold
+    assert await cycle_keys(b) == {}
+    await maint.flush_deletes()
+    b.logs.cache.clear()
+    assert await values(b, lg) == tags(*"abcd")
+
+
+async def test_a_fold_applied_but_reported_failed(node: tuple[Broker, FlakyMeta]) -> None:
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "ab":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    meta.arm(puts_under("/segments/"), apply=True)
+    await b.logs.folder.fold_all()
+    assert meta.hits == 1 and lg.state == "active" and lg.unfolded == [] and lg.folded == 4
+    assert await own_entries(b, TOPIC, 0) == [0, 2]
+    assert await commit(b, lg, "c") == ErrorCode.NONE  # its end revision is the resolution's
+    assert await values(b, lg) == tags("a", "b", "c")
+
+
+async def test_a_cycle_of_a_gone_registration_is_fenced(node: tuple[Broker, FlakyMeta]) -> None:
+    """The registration key is not the one this broker made (its lease expired and the
+    key went, or another process took the node id): the cycle commit must fail."""
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    key = broker_key(b.config.node_id)
+    kv = await meta.inner.get(key)
+    assert kv is not None
+    await meta.inner.delete(key)
+    await meta.inner.put(key, kv.value, b.cluster.lease_id)  # the same lease, a new revision
+    assert await commit(b, lg, "b") == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert lg.state == "closed" and [n for _a, n in (await cycle_keys(b)).values()] == [1]
+
+
+async def test_the_ingest_plan_reads_what_is_not_folded_yet(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    b, _meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "ab":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+
+    async def planned() -> tuple[int, list[tuple[int, int]]]:
+        (plog,) = await read_logs(b.meta, [TOPIC])
+        return plog.next_offset, [(r.base, r.last) for r in plog.segments]
+
+    assert await own_entries(b, TOPIC, 0) == []
+    assert await planned() == (4, [(0, 1), (2, 3)])
+    await b.logs.folder.fold_all()
+    assert await planned() == (4, [(0, 1), (2, 3)])
+    assert await commit(b, lg, "c") == ErrorCode.NONE
+    maint = b.logs.maintenance
+    assert maint is not None and await maint.merge_partition(lg) == 1
+    assert await planned() == (6, [(0, 5)])
+
+
+async def test_the_shared_sweep_keeps_what_only_cycle_keys_name(cfg: BrokerConfig) -> None:
+    shared = replace(cfg, shared_objects_min_partitions=2)
+    b, _meta = await start(shared)
+    await b.topics.create(TOPIC, 2)
+    lgs = [await b.logs.get(TOPIC, p) for p in range(2)]
+    results = [append(b, lg, f"s{lg.partition}") for lg in lgs]
+    assert [await outcome(r) for r in results] == [ErrorCode.NONE] * 2
+    assert b.logs.flusher.stats["shared_objects"] == 1 and len(await cycle_keys(b)) == 1
+    later = time.time() + 3600  # past every grace period
+    sweep = b.logs.shared_sweep
+    assert await sweep.run_once(now=later) == [] and await sweep.run_once(now=later + 3600) == []
+    await crash_stop(b)
+    b2, _m2 = await start(shared)
+    try:
+        for p in range(2):
+            lg = await b2.logs.get(TOPIC, p)
+            assert await values(b2, lg) == tags(f"s{p}")
+        sweep = b2.logs.shared_sweep
+        assert await sweep.run_once(now=later) == []
+        assert await sweep.run_once(now=later + 3600) == []
+        b2.logs.cache.clear()
+        for p in range(2):
+            assert await values(b2, b2.logs.logs[(TOPIC, p)]) == tags(f"s{p}")
+    finally:
+        await b2.stop()
