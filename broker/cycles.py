@@ -23,13 +23,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from broker.meta.base import KeyValue, MetaStore
+from broker.meta.base import KeyValue
 from broker.meta.schema import (
     CycleEntry,
     EndValue,
     SegmentMeta,
     TopicInfo,
-    cycles_prefix,
     parse_cycle,
 )
 
@@ -73,17 +72,6 @@ def chain_of(
             "%s-%d: cycle entries past a gap ignored: %s", topic, partition, sorted(by_base)
         )
     return chain
-
-
-async def read_chain(
-    meta: MetaStore, end: EndValue, topic: str, partition: int, topic_id: str
-) -> list[SegmentMeta]:
-    """The chain of one partition, read from the store (nothing when the end names no
-    owner that commits through cycle keys)."""
-    if end.broker < 0:
-        return []
-    kvs = await meta.range(cycles_prefix(end.broker, end.reg))
-    return chain_of((kv.value for kv in kvs), end, topic, partition, topic_id)
 
 
 def entry_settled(e: CycleEntry, topic: KeyValue | None, end: KeyValue | None) -> bool:

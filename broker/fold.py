@@ -55,8 +55,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FOLD_INTERVAL_S = 1.0
-FOLD_AT_KEYS = 32  # keys waiting for their fold: fold now
+# a fold costs one transaction per 64 partitions it touches, however many cycles it
+# covers: folding seldom keeps that small per cycle, and a take's chain short enough
+FOLD_INTERVAL_S = 5.0
+FOLD_AT_KEYS = 64  # keys waiting for their fold: fold now
 LEFTOVER_CHECK_S = 10.0
 RESOLVE_RETRY_S = 0.1
 
@@ -73,6 +75,7 @@ class Folder:
         self.leftovers: set[str] = set()
         self._deletable: list[str] = []
         self._seq = 0
+        self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_leftover_check = 0.0
@@ -158,10 +161,17 @@ class Folder:
             self._wake.set()
 
     # -- folding --------------------------------------------------------------------------
-    async def fold_locked(self, lgs: Sequence[PartitionLog]) -> None:
-        """Fold every unfolded segment of ``lgs`` into their own keys (the caller holds
-        the commit lock). A log whose fold fails is dropped: its entries stay in the
-        cycle keys for its next owner."""
+    async def fold(self, lgs: Sequence[PartitionLog]) -> None:
+        """Fold every unfolded segment of ``lgs`` into their own keys. A log whose fold
+        fails is dropped: its entries stay in the cycle keys for its next owner.
+
+        Folds hold the fold lock, not the commit lock: cycle commits go on meanwhile
+        (they only append to ``unfolded`` and touch no partition key). A caller of the
+        commit lock takes this one inside it, never the other way round."""
+        async with self.lock:
+            await self._fold(lgs)
+
+    async def _fold(self, lgs: Sequence[PartitionLog]) -> None:
         todo = [lg for lg in lgs if lg.unfolded and lg.state != CLOSED]
         limit = self.logs.meta.max_txn_ops
         while todo:
@@ -219,8 +229,7 @@ class Folder:
         """One fold of every owned log with unfolded segments, then the deletions due."""
         lgs = [lg for lg in self.logs.logs.values() if lg.unfolded]
         if lgs:
-            async with self.logs.committer.lock:
-                await self.fold_locked(lgs)
+            await self.fold(lgs)
         await self._delete_folded()
 
     async def _loop(self) -> None:

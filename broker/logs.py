@@ -56,7 +56,7 @@ from broker.producer_rebuild import rebuild
 from broker.reads import Reader
 from broker.segment_loader import Piece
 from broker.shared_sweep import SharedSweeper
-from broker.take import Taker, take_txn
+from broker.take import ChainCache, Taker, take_txn
 from broker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
@@ -101,7 +101,8 @@ class LogManager:
         self.commit_lock = self.committer.lock
         self.flusher = Flusher(self)
         self.folder = Folder(self)
-        self.committer.settle = self.folder.fold_locked
+        self.chains = ChainCache()  # the cycle keys of owners gone, for the takes
+        self.committer.settle = self.folder.fold
         self.reader = Reader(self)
         self.stats = self.flusher.stats
         self.maintenance: Maintenance | None = None
@@ -263,6 +264,7 @@ class LogManager:
             reg = self.cluster.reg if self.config.cycle_keys_min_partitions > 0 else 0
             taken = await take_txn(
                 self.meta,
+                self.chains,
                 Taker(self.config.node_id, self.cluster.lease_id, reg),
                 (topic, partition, topic_id),
                 owner,
@@ -360,8 +362,7 @@ class LogManager:
         await self.flush([lg])
         if lg.unfolded:  # else its next owner folds them at its take
             with contextlib.suppress(MetaStoreError):
-                async with self.committer.lock:
-                    await self.folder.fold_locked([lg])
+                await self.folder.fold([lg])
         await self._release_key(lg, keep_producers=True)
         if self.logs.get((lg.topic, lg.partition)) is lg:
             self.logs.pop((lg.topic, lg.partition), None)

@@ -199,7 +199,7 @@ class Reader:
         # owner value alone: the end revision moves with every commit)
         async with logs.committer.lock:
             if lg.unfolded:  # the store's manifest first holds what cycle keys name
-                await logs.folder.fold_locked([lg])
+                await logs.folder.fold([lg])
                 if lg.unfolded:
                     raise KafkaProtocolError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             try:

@@ -5,14 +5,18 @@ with the previous owner's acknowledged segments that only its cycle keys name
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from collections import OrderedDict
 from typing import NamedTuple
 
-from broker.cycles import read_chain
+from broker.cycles import chain_of
 from broker.meta.base import Compare, Get, KeyValue, MetaStore, Put, TxnResult
 from broker.meta.schema import (
     EndValue,
     SegmentMeta,
+    broker_key,
+    cycles_prefix,
     end_key,
     epoch_key,
     epochs_prefix,
@@ -29,6 +33,41 @@ log = logging.getLogger(__name__)
 TAKE_OPS = 6
 
 
+class ChainCache:
+    """The cycle keys of owners whose registration is gone, read once.
+
+    Nothing can be committed under a registration that is gone (the cycle's compare
+    fails), so a read that proves it gone in the same transaction holds every cycle the
+    owner ever committed, and serves the takes of all its partitions: a broker's death
+    hands the others all of its partitions at once. Keys deleted since (settled) are only
+    entries no chain needs. An owner still registered (a hand-off) is read every time."""
+
+    def __init__(self, size: int = 8, ttl_s: float = 60.0) -> None:
+        self.size, self.ttl_s = size, ttl_s
+        self._values: OrderedDict[tuple[int, int], tuple[float, list[bytes]]] = OrderedDict()
+        self.reads = 0
+
+    async def values(self, meta: MetaStore, broker: int, reg: int) -> list[bytes]:
+        now = time.monotonic()
+        hit = self._values.get((broker, reg))
+        if hit is not None and now - hit[0] < self.ttl_s:
+            return hit[1]
+        prefix = cycles_prefix(broker, reg)
+        self.reads += 1
+        res = await meta.txn(
+            [Compare(broker_key(broker), "create_revision", "!=", reg)],
+            [Get(prefix, True)],
+            [Get(prefix, True)],
+        )
+        values = [kv.value for kv in res.gets[0]]
+        if res.succeeded:  # the registration is gone: complete for good
+            self._values[(broker, reg)] = (now, values)
+            self._values.move_to_end((broker, reg))
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return values
+
+
 class Taker(NamedTuple):
     """Who takes: its node id, its lease, and its registration revision when it commits
     through cycle keys (0: it does not, and its end values name no owner)."""
@@ -40,6 +79,7 @@ class Taker(NamedTuple):
 
 async def take_txn(
     meta: MetaStore,
+    chains: ChainCache,
     me: Taker,
     tp: tuple[str, int, uuid.UUID],
     owner: KeyValue | None,
@@ -55,7 +95,10 @@ async def take_txn(
     partition again and takes it from there)."""
     topic, partition, topic_id = tp
     okey, ekey = owner_key(topic, partition), end_key(topic, partition)
-    chain = await read_chain(meta, prev, topic, partition, topic_id.hex)
+    chain: list[SegmentMeta] = []
+    if prev.broker >= 0:
+        values = await chains.values(meta, prev.broker, prev.reg)
+        chain = chain_of(values, prev, topic, partition, topic_id.hex)
     guard = [
         Compare(okey, "value", "==", owner.value)
         if owner is not None

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 from urllib.parse import quote, unquote
 
 CLUSTER_ID_KEY = "/cluster/id"
@@ -285,9 +286,13 @@ class SegmentMeta:
 
     @classmethod
     def from_json(cls, base: int, value: bytes) -> SegmentMeta:
-        d = json.loads(value)
+        return cls.from_dict(json.loads(value), base)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], base: int | None = None) -> SegmentMeta:
+        """An entry from its decoded JSON (``base`` from its key, else from ``d``)."""
         return cls(
-            base,
+            int(d["base"]) if base is None else base,
             int(d["last"]),
             int(d["bytes"]),
             int(d["records"]),
@@ -343,24 +348,32 @@ class CycleEntry:
 def cycle_json(entries: Sequence[CycleEntry], *, aborted: bool = False) -> bytes:
     """A cycle key's value. ``aborted``: the tombstone a resolution puts in place of a
     cycle whose commit had an unknown outcome (its entries were never acknowledged and
-    the original can no longer be created)."""
-    doc = {
-        "aborted": aborted,
-        "entries": [
-            [e.topic, e.partition, e.topic_id, e.epoch, json.loads(e.segment.to_json())]
-            for e in entries
-        ],
-    }
-    return json.dumps(doc, separators=(",", ":")).encode()
+    the original can no longer be created). Each entry's manifest entry is embedded as
+    the very bytes ``SegmentMeta.to_json`` gives (one encoding per entry)."""
+    parts = [
+        b"[%s,%d,%s,%d,%s]"
+        % (
+            json.dumps(e.topic).encode(),
+            e.partition,
+            json.dumps(e.topic_id).encode(),
+            e.epoch,
+            e.segment.to_json(),
+        )
+        for e in entries
+    ]
+    head = b'{"aborted":true,"entries":[' if aborted else b'{"aborted":false,"entries":['
+    return head + b",".join(parts) + b"]}"
 
 
 def parse_cycle(value: bytes) -> tuple[bool, list[CycleEntry]]:
     """(aborted, entries) of a cycle key's value."""
     doc = json.loads(value)
-    out = []
-    for topic, partition, topic_id, epoch, seg in doc["entries"]:
-        meta = SegmentMeta.from_json(int(seg["base"]), json.dumps(seg).encode())
-        out.append(CycleEntry(str(topic), int(partition), str(topic_id), int(epoch), meta))
+    out = [
+        CycleEntry(
+            str(topic), int(partition), str(topic_id), int(epoch), SegmentMeta.from_dict(seg)
+        )
+        for topic, partition, topic_id, epoch, seg in doc["entries"]
+    ]
     return bool(doc["aborted"]), out
 
 
