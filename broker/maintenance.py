@@ -286,8 +286,11 @@ class Maintenance:
         runs = plan_merges(
             lg.segments,
             lambda s: (
-                now - seen.get(s.base, now) >= min_age and s.last >= lg.log_start and not s.cleaned
-            ),  # compacted segments are merged by compaction itself
+                now - seen.get(s.base, now) >= min_age
+                and s.last >= lg.log_start
+                and not s.cleaned  # compacted segments are merged by compaction itself
+                and s.base < lg.folded  # in a cycle key still: merged once folded
+            ),
             cfg.merge_small_bytes,
             cfg.merge_max_bytes,
             cfg.merge_min_segments,

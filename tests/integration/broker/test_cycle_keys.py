@@ -276,23 +276,42 @@ async def test_unknown_cycle_outcome_drops_the_log_and_the_take_settles_it(
     assert await values(b, lg2) == [*expected, *tags("c")]
 
 
-async def test_a_merge_folds_first(node: tuple[Broker, FlakyMeta], cfg: BrokerConfig) -> None:
+async def test_merges_wait_for_the_fold(node: tuple[Broker, FlakyMeta]) -> None:
+    """A merge would need a fold transaction of its own first: it leaves segments that
+    only cycle keys name to the next fold."""
     b, _meta = node
     lg = await b.logs.get(TOPIC, 0)
     for tag in "abcd":
         assert await commit(b, lg, tag) == ErrorCode.NONE
     maint = b.logs.maintenance
     assert maint is not None and len(lg.unfolded) == 4
+    assert await maint.merge_partition(lg) == 0 and len(lg.unfolded) == 4
+    await b.logs.folder.fold_all()
     assert await maint.merge_partition(lg) == 1
-    assert lg.unfolded == [] and [(s.base, s.last) for s in lg.segments] == [(0, 7)]
-    assert (
-        await own_entries(b, TOPIC, 0) == [0] and (await own_end(b, TOPIC, 0))["next_offset"] == 8
-    )
-    await b.logs.folder.fold_all()  # the keys' deletions, due since the merge's fold
-    assert await cycle_keys(b) == {}
+    assert [(s.base, s.last) for s in lg.segments] == [(0, 7)]
+    assert await own_entries(b, TOPIC, 0) == [0] and await cycle_keys(b) == {}
     await maint.flush_deletes()
     b.logs.cache.clear()
     assert await values(b, lg) == tags(*"abcd")
+
+
+async def test_delete_records_folds_first(node: tuple[Broker, FlakyMeta]) -> None:
+    """Any other guarded transaction of a partition folds it first (the committer's
+    hook): its end value is built from the high watermark, which the fold makes the
+    store's."""
+    b, _meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "abc":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    maint = b.logs.maintenance
+    assert maint is not None
+    assert await maint.delete_records(lg, 4) == 4
+    assert lg.unfolded == [] and await own_entries(b, TOPIC, 0) == [4]
+    end = await own_end(b, TOPIC, 0)
+    assert end["next_offset"] == 6 and end["log_start"] == 4
+    assert await commit(b, lg, "d") == ErrorCode.NONE
+    b.logs.cache.clear()
+    assert await values(b, lg) == tags("c", "d")
 
 
 async def test_a_fold_applied_but_reported_failed(node: tuple[Broker, FlakyMeta]) -> None:
@@ -340,6 +359,7 @@ async def test_the_ingest_plan_reads_what_is_not_folded_yet(
     await b.logs.folder.fold_all()
     assert await planned() == (4, [(0, 1), (2, 3)])
     assert await commit(b, lg, "c") == ErrorCode.NONE
+    await b.logs.folder.fold_all()
     maint = b.logs.maintenance
     assert maint is not None and await maint.merge_partition(lg) == 1
     assert await planned() == (6, [(0, 5)])
