@@ -28,7 +28,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.meta.base import Compare, Delete, Get, MetaStore, MetaStoreError, Put
-from broker.meta.schema import end_key, owner_key, partition_logs_prefix
+from broker.meta.schema import (
+    end_key,
+    entry_base,
+    owner_key,
+    partition_logs_prefix,
+    segments_prefix,
+)
 from broker.partition import CLOSED, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -64,8 +70,11 @@ class Committer:
         self.lock = asyncio.Lock()
         self.stats = {"ambiguous": 0, "resolved": 0, "unresolved": 0}
         # folds the cycle-key entries of logs before any other guarded transaction of
-        # theirs (broker/fold.py): their own keys must hold everything first
+        # theirs that needs them in their own keys (broker/fold.py); called holding
+        # ``fold_lock``, which every guarded transaction holds: a fold moves the end
+        # revisions the others compare (cycle commits take neither lock)
         self.settle: Callable[[Sequence[PartitionLog]], Awaitable[None]] | None = None
+        self.fold_lock = asyncio.Lock()
 
     @staticmethod
     def guard(lg: PartitionLog) -> list[Compare]:
@@ -98,19 +107,32 @@ class Committer:
         (a manifest entry naming a fresh object, an end value); ``moves_end``: whether
         ``ops`` rewrite the end keys (then a commit moves their revision to its own).
         The caller updates in-memory state; this updates only ``end_rev`` during a
-        resolution. ``settle``: fold the logs' cycle-key entries first (the fold itself
-        passes False); a log dropped by its fold rejects the transaction, unsent.
+        resolution. ``settle``: fold the logs' cycle-key entries first when ``ops`` move
+        the end or touch entries past the folded end (a merge of folded segments needs
+        no fold; the fold itself passes False); a log dropped by its fold rejects the
+        transaction, unsent.
 
         The caller holds ``lock``: the logs' state cannot move between building ``ops``
         and sending them, and an end value in ``ops`` is built from ``hw`` (which the
         fold makes the folded end)."""
-        if settle and self.settle is not None:
-            behind = [lg for lg in lgs if lg.unfolded]
-            if behind:
+        if not settle:  # a fold: its caller holds the fold lock
+            return await self._commit(lgs, ops, probes, moves_end)
+        async with self.fold_lock:
+            behind = [lg for lg in lgs if lg.unfolded and (moves_end or _touches_tail(lg, ops))]
+            if behind and self.settle is not None:
                 await self.settle(behind)
                 closed = tuple(lg for lg in lgs if lg.state == CLOSED)
                 if closed:
                     return CommitResult(Outcome.REJECTED, 0, closed, resolved=True)
+            return await self._commit(lgs, ops, probes, moves_end)
+
+    async def _commit(
+        self,
+        lgs: Sequence[PartitionLog],
+        ops: Sequence[Put | Delete],
+        probes: Mapping[str, bytes],
+        moves_end: bool,
+    ) -> CommitResult:
         compares = [c for lg in lgs for c in self.guard(lg)]
         try:
             res = await self.meta.txn(compares, ops)
@@ -206,6 +228,12 @@ class Committer:
         outcome = Outcome.COMMITTED if applied else Outcome.REJECTED
         _log_outcome(lgs, outcome)
         return CommitResult(outcome, revision, tuple(fenced), resolved=True)
+
+
+def _touches_tail(lg: PartitionLog, ops: Sequence[Put | Delete]) -> bool:
+    """Whether ``ops`` put or delete a manifest entry of ``lg`` at or past its folded end."""
+    prefix = segments_prefix(lg.topic, lg.partition)
+    return any(op.key.startswith(prefix) and entry_base(op.key) >= lg.folded for op in ops)
 
 
 def _probes_of(

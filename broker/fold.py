@@ -75,7 +75,7 @@ class Folder:
         self.leftovers: set[str] = set()
         self._deletable: list[str] = []
         self._seq = 0
-        self.lock = asyncio.Lock()
+        self.lock = logs.committer.fold_lock
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_leftover_check = 0.0
@@ -125,6 +125,8 @@ class Folder:
         except MetaStoreError as exc:
             log.warning("cycle commit %s outcome unknown (%s); resolving", key, exc)
             outcome = await self._resolve(key, entries)
+            if outcome is Outcome.UNKNOWN:  # maybe there, maybe later: checked as a leftover
+                self.leftovers.add(key)
             return CommitResult(outcome, resolved=outcome is not Outcome.UNKNOWN), key
         if res.succeeded:
             return CommitResult(Outcome.COMMITTED, res.revision), key
@@ -169,9 +171,10 @@ class Folder:
         (they only append to ``unfolded`` and touch no partition key). A caller of the
         commit lock takes this one inside it, never the other way round."""
         async with self.lock:
-            await self._fold(lgs)
+            await self.fold_held(lgs)
 
-    async def _fold(self, lgs: Sequence[PartitionLog]) -> None:
+    async def fold_held(self, lgs: Sequence[PartitionLog]) -> None:
+        """``fold`` for a caller that holds the fold lock (``Committer.commit``'s hook)."""
         todo = [lg for lg in lgs if lg.unfolded and lg.state != CLOSED]
         limit = self.logs.meta.max_txn_ops
         while todo:

@@ -102,7 +102,7 @@ class LogManager:
         self.flusher = Flusher(self)
         self.folder = Folder(self)
         self.chains = ChainCache()  # the cycle keys of owners gone, for the takes
-        self.committer.settle = self.folder.fold
+        self.committer.settle = self.folder.fold_held
         self.reader = Reader(self)
         self.stats = self.flusher.stats
         self.maintenance: Maintenance | None = None

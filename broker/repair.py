@@ -40,11 +40,14 @@ import uuid
 from dataclasses import dataclass
 
 from broker.cli import EnvParser
+from broker.cycles import chain_of
 from broker.logfmt import FORMATS, setup_logging
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_meta
 from broker.meta.schema import (
+    EndValue,
     SegmentMeta,
     TopicInfo,
+    cycles_prefix,
     end_json,
     owner_value,
     producers_key,
@@ -117,6 +120,16 @@ async def plan(meta: MetaStore, t: Target, offset: int) -> Plan:
         raise RepairError(f"{t.topic}-{t.partition} has no committed log")
     d = json.loads(end.value)
     next_offset, epoch = int(d["next_offset"]), int(d["epoch"])
+    value = EndValue.decode(end.value)
+    if value.broker >= 0:  # its owner commits through cycle keys: anything not folded?
+        kvs = await meta.range(cycles_prefix(value.broker, value.reg))
+        chain = chain_of([kv.value for kv in kvs], value, t.topic, t.partition, topic_id.hex)
+        if chain:
+            raise RepairError(
+                f"{t.topic}-{t.partition} has {len(chain)} acknowledged segments past its "
+                f"end {next_offset} in cycle keys, not folded yet: let a broker take the "
+                "partition (its take folds them) and stop it, then run this again"
+            )
     segs = await _segments(meta, t)
     log_start = max(int(d.get("log_start", 0)), segs[0].base if segs else next_offset)
     if not log_start <= offset <= next_offset:

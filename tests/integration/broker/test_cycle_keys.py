@@ -26,9 +26,11 @@ import pytest
 from broker.config import BrokerConfig
 from broker.meta.base import Compare, Put, open_meta
 from broker.meta.schema import CYCLES_PREFIX, broker_key, parse_cycle, segments_prefix
+from broker.repair import RepairError, Target, truncate
 from broker.server import Broker
 from ingest_job.manifest import read_logs
 from protocol.errors import ErrorCode
+from segments.store import open_store
 from tests.fixtures.s3 import create_bucket
 from tests.integration.broker.test_ambiguous_commits import (
     FlakyMeta,
@@ -274,6 +276,11 @@ async def test_unknown_cycle_outcome_drops_the_log_and_the_take_settles_it(
     assert await commit(b, lg2, "c") == ErrorCode.NONE
     b.logs.cache.clear()
     assert await values(b, lg2) == [*expected, *tags("c")]
+    folder = b.logs.folder
+    await folder.fold_all()
+    folder._collect_dropped()
+    await folder._check_leftovers(sorted(folder.leftovers))
+    assert await cycle_keys(b) == {} and folder.leftovers == set()  # nothing left behind
 
 
 async def test_merges_wait_for_the_fold(node: tuple[Broker, FlakyMeta]) -> None:
@@ -390,3 +397,34 @@ async def test_the_shared_sweep_keeps_what_only_cycle_keys_name(cfg: BrokerConfi
             assert await values(b2, b2.logs.logs[(TOPIC, p)]) == tags(f"s{p}")
     finally:
         await b2.stop()
+
+
+async def test_partitions_truncate_refuses_while_cycle_keys_hold_records(
+    cfg: BrokerConfig,
+) -> None:
+    b, _meta = await start(cfg)
+    await b.topics.create(TOPIC, 1)
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "abc":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    await crash_stop(b)
+    target = Target("default", TOPIC, 0)
+    meta = open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix)
+    store = open_store(cfg.store_url)
+    try:
+        with pytest.raises(RepairError, match="3 acknowledged segments past its end 0"):
+            await truncate(meta, store, target, 2, execute=False)
+    finally:
+        await store.close()
+        await meta.close()
+    b2, _m2 = await start(cfg)  # its take folds them; its graceful stop releases
+    assert (await b2.logs.get(TOPIC, 0)).hw == 6
+    await b2.stop()
+    meta = open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix)
+    store = open_store(cfg.store_url)
+    try:
+        lines = await truncate(meta, store, target, 2, execute=True)
+        assert lines[-1] == f"committed: {TOPIC}-0 now ends at 2"
+    finally:
+        await store.close()
+        await meta.close()
