@@ -44,6 +44,7 @@ from broker.meta.schema import (
     cycle_key_owner,
     cycles_prefix,
     end_key,
+    parse_cycle,
     seg_entry_key,
     topic_key,
 )
@@ -149,7 +150,9 @@ class Folder:
                     log.warning("cycle commit %s: outcome still unknown (%s)", key, exc)
                     return Outcome.UNKNOWN
                 await asyncio.sleep(RESOLVE_RETRY_S)  # back-off between attempts
-        if res.succeeded:
+        # the key is there: the original, or the tombstone of an earlier attempt of this
+        # resolution that was applied and reported failed
+        if res.succeeded or (res.gets[0] and parse_cycle(res.gets[0][0].value)[0]):
             self.stats["aborted"] += 1
             self.leftovers.add(key)
             log.warning("cycle commit %s resolved: rejected (tombstone put)", key)

@@ -142,8 +142,11 @@ class LogManager:
         await self.flush_all()
         await self.flusher.stop()
         await self.folder.stop()
-        with contextlib.suppress(MetaStoreError):  # else the next owners fold at their take
-            await self.folder.fold_all()
+        # else the next owners fold at their take: bounded, as with an unreachable store
+        # every fold transaction would wait out its resolution
+        with contextlib.suppress(MetaStoreError, TimeoutError):
+            async with asyncio.timeout(self.config.lease_ttl_s):
+                await self.folder.fold_all()
         for lg in list(self.logs.values()):
             await self._release_key(lg, keep_producers=True)
         self.logs.clear()

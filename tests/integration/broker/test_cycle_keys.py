@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from broker.config import BrokerConfig
-from broker.meta.base import Compare, Put, open_meta
+from broker.meta.base import Compare, MetaStoreError, Put, open_meta
 from broker.meta.schema import CYCLES_PREFIX, broker_key, parse_cycle, segments_prefix
 from broker.repair import RepairError, Target, truncate
 from broker.server import Broker
@@ -428,3 +428,41 @@ async def test_partitions_truncate_refuses_while_cycle_keys_hold_records(
     finally:
         await store.close()
         await meta.close()
+
+
+class TwiceFlaky(FlakyMeta):
+    """The cycle commit fails unapplied, then the resolution's tombstone is applied and
+    reported failed: the retried resolution finds a key, and it is the tombstone."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.plan: list[bool] = []
+
+    async def txn(self, compares: Any, success: Any, failure: Any = ()) -> Any:
+        if self.plan and puts_under(CYCLES_PREFIX)(compares, success):
+            applied = self.plan.pop(0)
+            if applied:
+                await self.inner.txn(compares, success, failure)
+            raise MetaStoreError("etcd DEADLINE_EXCEEDED: injected")
+        return await self.inner.txn(compares, success, failure)
+
+
+async def test_a_resolution_that_finds_its_own_tombstone_rejects(cfg: BrokerConfig) -> None:
+    meta = TwiceFlaky(open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix))
+    b = Broker(cfg, meta=meta)
+    await b.start()
+    try:
+        await b.logs.folder.stop()
+        b.logs.committer.resolve_s = 5.0
+        await b.topics.create(TOPIC, 1)
+        lg = await b.logs.get(TOPIC, 0)
+        assert await commit(b, lg, "a") == ErrorCode.NONE
+        meta.plan = [False, True]  # the commit unapplied; the first tombstone applied
+        assert await commit(b, lg, "b") == ErrorCode.KAFKA_STORAGE_ERROR  # never acked
+        assert meta.plan == [] and lg.hw == 2
+        assert [a for a, _n in (await cycle_keys(b)).values()] == [False, True]
+        assert await commit(b, lg, "b2") == ErrorCode.NONE
+        b.logs.cache.clear()
+        assert await values(b, lg) == tags("a", "b2")
+    finally:
+        await b.stop()
