@@ -95,11 +95,16 @@ class Folder:
             self._task = None
 
     def enabled(self, lgs: Sequence[PartitionLog]) -> bool:
-        """Whether a cycle of ``lgs`` commits as a cycle key: on, enough partitions, and
-        every one taken under this broker's current registration (so its end names it)."""
+        """Whether a cycle of ``lgs`` commits as a cycle key: on, enough partitions (or
+        one waiting for a fold already), and every one taken under this broker's current
+        registration (so its end names it)."""
         n = self.config.cycle_keys_min_partitions
         reg = self.logs.cluster.reg
-        return 0 < n <= len(lgs) and reg > 0 and all(lg.owner_reg == reg for lg in lgs)
+        if n <= 0 or reg <= 0 or not all(lg.owner_reg == reg for lg in lgs):
+            return False
+        # a smaller cycle too while any of its logs waits for a fold: committed per
+        # partition, it would need that fold first (a second transaction)
+        return len(lgs) >= n or any(lg.unfolded for lg in lgs)
 
     # -- the commit -----------------------------------------------------------------------
     async def commit_cycle(

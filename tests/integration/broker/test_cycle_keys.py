@@ -466,3 +466,28 @@ async def test_a_resolution_that_finds_its_own_tombstone_rejects(cfg: BrokerConf
         assert await values(b, lg) == tags("a", "b2")
     finally:
         await b.stop()
+
+
+async def test_a_small_cycle_of_a_log_waiting_for_its_fold_is_a_cycle_key(
+    cfg: BrokerConfig,
+) -> None:
+    """Below --cycle-keys-min-partitions a cycle commits per partition, unless one of its
+    logs has entries waiting for a fold (that commit would need the fold first)."""
+    b, _meta = await start(replace(cfg, cycle_keys_min_partitions=2))
+    try:
+        await b.topics.create(TOPIC, 2)
+        x, y = [await b.logs.get(TOPIC, p) for p in range(2)]
+        folder, flusher = b.logs.folder, b.logs.flusher
+        both = [append(b, lg, f"a{lg.partition}") for lg in (x, y)]
+        assert [await outcome(r) for r in both] == [ErrorCode.NONE] * 2
+        assert folder.stats["cycle_txns"] == 1 and len(x.unfolded) == 1
+        assert await commit(b, x, "b") == ErrorCode.NONE  # one partition, waiting: a key
+        assert folder.stats["cycle_txns"] == 2 and folder.stats["fold_txns"] == 0
+        await folder.fold_all()
+        txns = flusher.stats["txns"]
+        assert await commit(b, x, "c") == ErrorCode.NONE  # nothing waiting: per partition
+        assert folder.stats["cycle_txns"] == 2 and flusher.stats["txns"] == txns + 1
+        assert await own_entries(b, TOPIC, 0) == [0, 2, 4]
+        assert await values(b, x) == [b"a0-0", b"a0-1", *tags("b", "c")]
+    finally:
+        await b.stop()
