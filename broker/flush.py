@@ -367,9 +367,7 @@ class Flusher:
             self._close_fenced(res)
             return
         if res.outcome is Outcome.UNKNOWN:
-            for lg, pend, _seg in chunk:
-                lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
-                self.logs.drop(lg, "its last commit has an unknown outcome")
+            self._unknown(chunk)
             return
         if not res.resolved and len(chunk) > 1:  # find which partition was fenced
             for item in chunk:
@@ -390,13 +388,18 @@ class Flusher:
             self.logs.folder.committed(key, [lg for lg, _p, _s in done])
             return
         if res.outcome is Outcome.UNKNOWN:
-            for lg, pend, _seg in done:
-                lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
-                self.logs.drop(lg, "its last commit has an unknown outcome")
+            self._unknown(done)
             return
         if not res.resolved:  # the registration is gone: so is every owner key of ours
             log.warning("cycle commit %s fenced: this broker's registration is gone", key)
         await self._rejected(done, CommitResult(Outcome.REJECTED, resolved=res.resolved))
+
+    def _unknown(self, chunk: list[Done]) -> None:
+        """The commit's outcome stays unknown: a retriable error, nothing deleted, and the
+        logs dropped (their next take starts from what the store holds)."""
+        for lg, pend, _seg in chunk:
+            lg.failed(pend, ErrorCode.KAFKA_STORAGE_ERROR)
+            self.logs.drop(lg, "its last commit has an unknown outcome")
 
     async def _rejected(self, chunk: list[Done], res: CommitResult) -> None:
         """Certainly not committed (and never will be): fail the appends."""

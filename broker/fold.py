@@ -56,8 +56,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# a fold costs one transaction per 64 partitions it touches, however many cycles it
-# covers: folding seldom keeps that small per cycle, and a take's chain short enough
+# a fold puts each entry once and each partition's end once (up to 127 puts per
+# transaction): folding seldom saves end puts and compares, and keeps a take's chain short
 FOLD_INTERVAL_S = 5.0
 FOLD_AT_KEYS = 64  # keys waiting for their fold: fold now
 LEFTOVER_CHECK_S = 10.0

@@ -201,12 +201,19 @@ def test_zombie_flush_woken_before_its_puts(zc: ZCluster) -> None:
     records at the same offsets: the zombie's late write takes a name of its own, its
     commit is fenced, and its producer is never told the records were written."""
     topic = two_brokers(zc, "flush.before_put")
+    verify(zc, topic, late_produce_of_a_zombie(zc, topic, "flush.before_put"))
+
+
+def late_produce_of_a_zombie(zc: ZCluster, topic: str, point: str) -> dict[bytes, int]:
+    """Broker 1 gets a produce and freezes at ``point``; broker 2 takes the partition
+    over, commits 5 records at the same offsets and merges them; broker 1 is woken. Its
+    producer must never hear that its record was written. Returns broker 2's acks."""
     late = kr.RawConn(zc.brokers[1].port, timeout=WAIT)
     try:
         late.send(
             kr.request_bytes(kr.produce_request(topic, 0, kr_batch(b"ZOMBIE")), 8, correlation_id=7)
         )
-        zc.wait_frozen_at_checkpoint(1, "flush.before_put")
+        zc.wait_frozen_at_checkpoint(1, point)
         acked = zc.produce(topic, 0, values("b", 5))
         assert sorted(acked.values()) == [0, 1, 2, 3, 4]  # the same offsets as the zombie's
         wait_manifest(zc.backend, topic, merged_by_newer_owner(1, 4), "merged by broker 2")
@@ -217,7 +224,7 @@ def test_zombie_flush_woken_before_its_puts(zc: ZCluster) -> None:
             assert resp.responses[0].partition_responses[0].error_code != 0
     finally:
         late.close()
-    verify(zc, topic, acked)
+    return acked
 
 
 def kr_batch(value: bytes) -> bytes:

@@ -27,15 +27,12 @@ import pytest
 from broker.cluster import BrokerInfo, partition_key, rendezvous
 from broker.meta.base import open_meta
 from broker.meta.schema import cycles_prefix, parse_cycle, segments_prefix
-from protocol.records import build_batch
-from tests.integration import kafka_raw as kr
 from tests.integration.logcheck import check_partition
 from tests.integration.test_zombies import (
     create,
-    merged_by_newer_owner,
+    late_produce_of_a_zombie,
     values,
     verify,
-    wait_manifest,
 )
 from tests.integration.zombie_cluster import (
     FAST_MAINTENANCE,
@@ -93,21 +90,7 @@ def test_zombie_cycle_commit_is_fenced_by_its_registration(zc: ZCluster) -> None
     zc.start(2, *FAST_MAINTENANCE, *CYCLES)
     topic = topic_owned_by("cycles-commit", 1, [1, 2])
     create(zc.brokers[2].bootstrap, topic)
-    late = kr.RawConn(zc.brokers[1].port, timeout=WAIT)
-    try:
-        batch = build_batch([(None, b"ZOMBIE", None)])
-        late.send(kr.request_bytes(kr.produce_request(topic, 0, batch), 8, correlation_id=7))
-        zc.wait_frozen_at_checkpoint(1, "cycle.before_commit")
-        acked = zc.produce(topic, 0, values("b", 5))
-        assert sorted(acked.values()) == [0, 1, 2, 3, 4]  # the same offsets as the zombie's
-        wait_manifest(zc.backend, topic, merged_by_newer_owner(1, 4), "merged by broker 2")
-        zc.wake(1)
-        data = late.recv_frame()
-        if data is not None:  # an answer, if any, is an error, never an acknowledgement
-            resp = kr.ProduceResponse.decode(data, version=8, header=True)
-            assert resp.responses[0].partition_responses[0].error_code != 0
-    finally:
-        late.close()
+    acked = late_produce_of_a_zombie(zc, topic, "cycle.before_commit")
     verify(zc, topic, acked)
     _own, held = asyncio.run(_named(zc, topic, 1))
     assert held == 0  # the zombie's cycle never committed

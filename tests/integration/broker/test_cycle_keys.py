@@ -408,23 +408,21 @@ async def test_partitions_truncate_refuses_while_cycle_keys_hold_records(
     for tag in "abc":
         assert await commit(b, lg, tag) == ErrorCode.NONE
     await crash_stop(b)
-    target = Target("default", TOPIC, 0)
-    meta = open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix)
-    store = open_store(cfg.store_url)
-    try:
-        with pytest.raises(RepairError, match="3 acknowledged segments past its end 0"):
-            await truncate(meta, store, target, 2, execute=False)
-    finally:
-        await store.close()
-        await meta.close()
+    with pytest.raises(RepairError, match="3 acknowledged segments past its end 0"):
+        await truncate_to(cfg, 2, execute=False)
     b2, _m2 = await start(cfg)  # its take folds them; its graceful stop releases
     assert (await b2.logs.get(TOPIC, 0)).hw == 6
     await b2.stop()
+    lines = await truncate_to(cfg, 2, execute=True)
+    assert lines[-1] == f"committed: {TOPIC}-0 now ends at 2"
+
+
+async def truncate_to(cfg: BrokerConfig, offset: int, *, execute: bool) -> list[str]:
+    """``kafscale partitions truncate`` of TOPIC-0, as the command runs it."""
     meta = open_meta(cfg.meta_url, cfg.data_dir, cfg.meta_prefix)
     store = open_store(cfg.store_url)
     try:
-        lines = await truncate(meta, store, target, 2, execute=True)
-        assert lines[-1] == f"committed: {TOPIC}-0 now ends at 2"
+        return await truncate(meta, store, Target("default", TOPIC, 0), offset, execute=execute)
     finally:
         await store.close()
         await meta.close()
