@@ -361,8 +361,10 @@ class TxnCoordinator:
                 if at is not None:
                     wait_s = max(0.0, (at - now_ms()) / 1000)
                 waker = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait([feed, waker], timeout=wait_s, return_when="FIRST_COMPLETED")
-                waker.cancel()
+                try:
+                    await asyncio.wait([feed, waker], timeout=wait_s, return_when="FIRST_COMPLETED")
+                finally:  # also when this loop is cancelled: no task left behind
+                    waker.cancel()
                 if feed.done():
                     feed.result()  # the watch failed: raise, load again
                     return

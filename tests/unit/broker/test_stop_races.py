@@ -72,3 +72,24 @@ async def test_a_failed_start_cancels_every_loop_as_membership_wakes_them(tmp_pa
     finally:
         async with asyncio.timeout(DEADLINE_S):
             await b.stop()
+
+
+async def test_a_stopped_broker_leaves_no_task_behind(tmp_path: Path) -> None:
+    """Every task a broker started ends with ``stop`` (the transaction coordinator's
+    wait for a change was left pending: "Task was destroyed but it is pending!")."""
+    me = asyncio.current_task()
+    before = set(asyncio.all_tasks())
+    b = Broker(config(tmp_path, lease_ttl_s=30, cycle_keys_min_partitions=2))
+    await b.start()
+    await b.topics.create("t", 2)
+    await b.logs.get("t", 0)
+    await _parked()
+    async with asyncio.timeout(DEADLINE_S):
+        await b.stop()
+    await asyncio.sleep(0)  # a cancelled task ends on its next turn
+    left = sorted(
+        f"{t.get_name()} {t.get_coro().__qualname__}"  # type: ignore[union-attr]
+        for t in asyncio.all_tasks() - before
+        if t is not me and not t.done()
+    )
+    assert left == []
