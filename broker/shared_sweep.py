@@ -13,8 +13,11 @@ the segment's base offset, or its epoch is newer than the writer's.
 Dead is final. The segment's commit, had it not happened yet, compares the end key's mod
 revision with the one the writer read when the end was at that base offset; an end that
 has moved on since (past the base, or to a new owner's epoch) was rewritten after that, so
-the commit can never apply. A segment whose commit is still in flight, or whose outcome is
-unknown, leaves the end at its base under the writer's epoch: not dead, so kept.
+the commit can never apply. A cycle key's entry (broker/fold.py) is read only while the
+end is at or below its base under its epoch (broker/cycles.py): past that it is folded or
+was never acknowledged. A segment whose commit is still in flight, or whose outcome is
+unknown, or that only a cycle key names, leaves the end at or below its base under the
+writer's epoch: not dead, so kept.
 
 An object is deleted once every segment in it is dead and has been seen dead for a full
 grace period (a reader may still hold an entry that a merge retired a moment ago). What
