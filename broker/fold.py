@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 # transaction): folding seldom saves end puts and compares, and keeps a take's chain short
 FOLD_INTERVAL_S = 5.0
 FOLD_AT_KEYS = 64  # keys waiting for their fold: fold now
-LEFTOVER_CHECK_S = 10.0
+LEFTOVER_CHECK_S = 60.0  # a key whose partition nobody takes stays unsettled: checked seldom
 RESOLVE_RETRY_S = 0.1
 
 
