@@ -489,3 +489,22 @@ async def test_a_small_cycle_of_a_log_waiting_for_its_fold_is_a_cycle_key(
         assert await values(b, x) == [b"a0-0", b"a0-1", *tags("b", "c")]
     finally:
         await b.stop()
+
+
+async def test_a_deleted_topics_cycle_entries_settle_and_never_reach_its_successor(
+    node: tuple[Broker, FlakyMeta],
+) -> None:
+    b, _meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "ab":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    await b.topics.delete(TOPIC)
+    await b.topics.create(TOPIC, 1)  # a new incarnation of the name
+    lg2 = await b.logs.get(TOPIC, 0)
+    assert lg2.hw == 0 and await values(b, lg2) == []
+    folder = b.logs.folder
+    folder._collect_dropped()
+    await folder._check_leftovers(sorted(folder.leftovers))
+    assert await cycle_keys(b) == {}  # the old topic id's entries: settled, deleted
+    assert await commit(b, lg2, "new") == ErrorCode.NONE
+    assert await values(b, lg2) == tags("new")
