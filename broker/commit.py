@@ -122,7 +122,7 @@ class Committer:
             if behind and self.settle is not None:
                 await self.settle(behind)
                 closed = tuple(lg for lg in lgs if lg.state == CLOSED)
-                if closed:
+                if closed or any(lg.unfolded for lg in behind):  # not folded: not sent
                     return CommitResult(Outcome.REJECTED, 0, closed, resolved=True)
             return await self._commit(lgs, ops, probes, moves_end)
 

@@ -194,11 +194,18 @@ class Folder:
                     break
                 group.append((lg, n))
                 puts += n + 1
-            await self._fold_group(group)
-            todo = [lg for lg in todo if lg.unfolded and lg.state != CLOSED]
+            moved = await self._fold_group(group)
+            tried = {lg for lg, _n in group}
+            todo = [
+                lg
+                for lg in todo
+                if lg.unfolded and lg.state != CLOSED and (lg in moved or lg not in tried)
+            ]
         self.stats["folds"] += 1
 
-    async def _fold_group(self, group: list[tuple[PartitionLog, int]]) -> None:
+    async def _fold_group(self, group: list[tuple[PartitionLog, int]]) -> set[PartitionLog]:
+        """One fold transaction; the logs it folded (a log certainly not folded, but
+        not fenced either, stays as it is: the next fold tries again)."""
         ops: list[Put | Delete] = []
         probes: dict[str, bytes] = {}
         for lg, n in group:
@@ -213,14 +220,17 @@ class Folder:
         faults.checkpoint("fold.before_commit")
         res = await self.logs.committer.commit(lgs, ops, probes, moves_end=True, settle=False)
         if res.outcome is Outcome.REJECTED and not res.resolved and len(group) > 1:
+            moved: set[PartitionLog] = set()
             for item in group:  # find which partition's guard failed
-                await self._fold_group([item])
-            return
+                moved |= await self._fold_group([item])
+            return moved
         if res.outcome is not Outcome.COMMITTED:
-            why = "a fold had an unknown outcome" if res.outcome is Outcome.UNKNOWN else "fenced"
-            for lg in lgs:
+            unknown = res.outcome is Outcome.UNKNOWN
+            lost = lgs if unknown or not res.resolved else list(res.fenced)
+            why = "a fold had an unknown outcome" if unknown else "fenced"
+            for lg in lost:
                 self.logs.drop(lg, f"{why} (its cycle entries are left to its next owner)")
-            return
+            return set()
         for lg, n in group:
             keys = {k for _s, k in lg.unfolded[:n]}
             lg.folded_upto(n, res.revision)
@@ -235,6 +245,7 @@ class Folder:
                         self._deletable.append(key)
         for lg in res.fenced:
             self.logs.drop(lg, "fenced after a fold")
+        return set(lgs)
 
     async def fold_all(self) -> None:
         """One fold of every owned log with unfolded segments, then the deletions due."""

@@ -508,3 +508,22 @@ async def test_a_deleted_topics_cycle_entries_settle_and_never_reach_its_success
     assert await cycle_keys(b) == {}  # the old topic id's entries: settled, deleted
     assert await commit(b, lg2, "new") == ErrorCode.NONE
     assert await values(b, lg2) == tags("new")
+
+
+async def test_a_fold_never_applied_is_tried_again(node: tuple[Broker, FlakyMeta]) -> None:
+    """Reported failed and certainly not applied: the log stays, and so do its entries
+    in the cycle keys, until the next fold; a transaction that needed the fold first is
+    not sent meanwhile."""
+    b, meta = node
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in "ab":
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    meta.arm(puts_under("/segments/"), apply=False)
+    await b.logs.folder.fold_all()
+    assert meta.hits == 1 and lg.state == "active" and len(lg.unfolded) == 2
+    assert await own_entries(b, TOPIC, 0) == [] and len(await cycle_keys(b)) == 2
+    await b.logs.folder.fold_all()
+    assert lg.unfolded == [] and await own_entries(b, TOPIC, 0) == [0, 2]
+    assert await commit(b, lg, "c") == ErrorCode.NONE
+    b.logs.cache.clear()
+    assert await values(b, lg) == tags("a", "b", "c")
