@@ -88,7 +88,10 @@ async def open_side(name: str, tmp: Path, meta_url: str, prefix: str, cycles: bo
     return Side(name, b, meta)
 
 
-async def measure(sides: list[Side], partitions: int, cycles: int) -> None:
+async def measure(
+    sides: list[Side], partitions: int, cycles: int
+) -> dict[str, tuple[float, float]]:
+    """Run and print; per side its metadata transactions per cycle (all, ack path)."""
     payload = build_batch([(None, b"x" * 1024, None)])
     for s in sides:
         await s.broker.topics.create("bench", partitions)
@@ -100,6 +103,7 @@ async def measure(sides: list[Side], partitions: int, cycles: int) -> None:
     for i in range(cycles):
         for s in sides if i % 2 == 0 else sides[::-1]:  # alternate which goes first
             await s.cycle(payload)
+    out = {}
     for s in sides:
         await s.broker.logs.folder.fold_all()  # what is pending is part of the cost
         n = s.broker.logs.flusher.stats["flush_cycles"] - flushes[s.name]
@@ -113,6 +117,8 @@ async def measure(sides: list[Side], partitions: int, cycles: int) -> None:
             f" {all_txns / n:5.2f} (acknowledgement path {ack_txns / n:5.2f})",
             flush=True,
         )
+        out[s.name] = (all_txns / n, ack_txns / n)
+    return out
 
 
 async def run(stores: list[str], counts: list[int], cycles: int, tmp: Path) -> None:
