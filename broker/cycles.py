@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 
 class ChainError(Exception):
-    """Two entries claim the same offsets under one owner and epoch (never written by
-    this broker: the take refuses rather than guess which was acknowledged)."""
+    """The chain cannot be read: two entries claim the same offsets under one owner and
+    epoch, or a cycle key does not decode (never written by this broker: the take
+    refuses rather than guess what was acknowledged)."""
 
 
 def chain_of(
@@ -47,7 +48,10 @@ def chain_of(
     keys of the owner ``end`` names), contiguous from ``end.next_offset``."""
     by_base: dict[int, list[SegmentMeta]] = {}
     for value in values:
-        aborted, entries = parse_cycle(value)
+        try:
+            aborted, entries = parse_cycle(value)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ChainError(f"{topic}-{partition}: a cycle key does not decode: {exc!r}") from exc
         if aborted:
             continue
         for e in entries:
@@ -88,5 +92,9 @@ def entry_settled(e: CycleEntry, topic: KeyValue | None, end: KeyValue | None) -
 
 
 def entries_of(kvs: Sequence[KeyValue]) -> list[CycleEntry]:
-    """Every entry (aborted or not) of the cycle keys ``kvs``."""
-    return [e for kv in kvs for e in parse_cycle(kv.value)[1]]
+    """Every entry (aborted or not) of the cycle keys ``kvs``; ChainError for one that
+    does not decode."""
+    try:
+        return [e for kv in kvs for e in parse_cycle(kv.value)[1]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ChainError(f"a cycle key does not decode: {exc!r}") from exc

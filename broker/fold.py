@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from broker import faults
 from broker.commit import CommitResult, Outcome
-from broker.cycles import entries_of, entry_settled
+from broker.cycles import ChainError, entries_of, entry_settled
 from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStoreError, Put
 from broker.meta.schema import (
     CycleEntry,
@@ -270,6 +270,8 @@ class Folder:
                     await self._check_leftovers(sorted(self.leftovers))
             except MetaStoreError as exc:
                 log.warning("cycle fold: %s (retried)", exc)
+            except Exception:  # never let the fold loop die
+                log.exception("cycle fold failed")
 
     # -- deleting keys --------------------------------------------------------------------
     async def _delete_folded(self) -> None:
@@ -307,7 +309,13 @@ class Folder:
             if kv is None:
                 self.leftovers.discard(key)
                 continue
-            if await self._settled(entries_of([kv])):
+            try:
+                entries = entries_of([kv])
+            except ChainError as exc:  # kept in the store for an operator; not looked at again
+                log.error("cycle key %s left alone: %s", key, exc)
+                self.leftovers.discard(key)
+                continue
+            if await self._settled(entries):
                 await meta.txn([Compare(key, "mod_revision", "==", kv.mod_revision)], [Delete(key)])
                 self.leftovers.discard(key)
                 self.stats["keys_deleted"] += 1

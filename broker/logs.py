@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from broker import producer_snapshot
 from broker.commit import Committer
+from broker.cycles import ChainError
 from broker.flush import Flusher
 from broker.fold import Folder
 from broker.log_metrics import LogMetrics, first_offset, loss_reason
@@ -226,6 +227,11 @@ class LogManager:
             log.warning("taking %s-%d failed: %s", topic, partition, exc)
             raise KafkaProtocolError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, "metadata store unavailable"
+            ) from exc
+        except ChainError as exc:  # nothing taken: the partition waits for an operator
+            log.error("taking %s-%d refused: %s", topic, partition, exc)
+            raise KafkaProtocolError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, "cycle keys unreadable"
             ) from exc
         except StoreError as exc:
             log.warning("taking %s-%d failed: producer state not read: %s", topic, partition, exc)

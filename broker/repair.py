@@ -40,7 +40,7 @@ import uuid
 from dataclasses import dataclass
 
 from broker.cli import EnvParser
-from broker.cycles import chain_of
+from broker.cycles import ChainError, chain_of
 from broker.logfmt import FORMATS, setup_logging
 from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_meta
 from broker.meta.schema import (
@@ -123,7 +123,10 @@ async def plan(meta: MetaStore, t: Target, offset: int) -> Plan:
     value = EndValue.decode(end.value)
     if value.broker >= 0:  # its owner commits through cycle keys: anything not folded?
         kvs = await meta.range(cycles_prefix(value.broker, value.reg))
-        chain = chain_of([kv.value for kv in kvs], value, t.topic, t.partition, topic_id.hex)
+        try:
+            chain = chain_of([kv.value for kv in kvs], value, t.topic, t.partition, topic_id.hex)
+        except ChainError as exc:
+            raise RepairError(str(exc)) from exc
         if chain:
             raise RepairError(
                 f"{t.topic}-{t.partition} has {len(chain)} acknowledged segments past its "

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from broker.cycles import chain_of
+from broker.cycles import ChainError, chain_of
 from broker.meta.base import MetaStore, open_meta
 from broker.meta.schema import (
     EndValue,
@@ -84,7 +84,10 @@ class _Cycles:
         if owner not in self.values:
             kvs = await self.meta.range(cycles_prefix(end.broker, end.reg))
             self.values[owner] = [kv.value for kv in kvs]
-        return chain_of(self.values[owner], end, topic, part, info.topic_id.hex)
+        try:
+            return chain_of(self.values[owner], end, topic, part, info.topic_id.hex)
+        except ChainError as exc:
+            raise IngestError(f"cannot read the unfolded entries of {topic}-{part}: {exc}") from exc
 
 
 async def _read_partition(

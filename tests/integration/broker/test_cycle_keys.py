@@ -29,7 +29,8 @@ from broker.meta.schema import CYCLES_PREFIX, broker_key, parse_cycle, segments_
 from broker.repair import RepairError, Target, truncate
 from broker.server import Broker
 from ingest_job.manifest import read_logs
-from protocol.errors import ErrorCode
+from ingest_job.model import IngestError
+from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.store import open_store
 from tests.fixtures.s3 import create_bucket
 from tests.integration.broker.test_ambiguous_commits import (
@@ -527,3 +528,27 @@ async def test_a_fold_never_applied_is_tried_again(node: tuple[Broker, FlakyMeta
     assert await commit(b, lg, "c") == ErrorCode.NONE
     b.logs.cache.clear()
     assert await values(b, lg) == tags("a", "b", "c")
+
+
+async def test_an_unreadable_cycle_key_refuses_the_take_cleanly(cfg: BrokerConfig) -> None:
+    """A cycle key that does not decode (never written by a broker): the take refuses
+    with a retriable error and one log line, the ingest plan and the truncate command
+    say why, and nothing is served past what the store certainly holds."""
+    b, _meta = await start(cfg)
+    await b.topics.create(TOPIC, 1)
+    lg = await b.logs.get(TOPIC, 0)
+    assert await commit(b, lg, "a") == ErrorCode.NONE
+    await crash_stop(b)
+    b2, meta2 = await start(cfg)
+    try:
+        (key,) = await cycle_keys(b2)
+        await meta2.inner.put(key, b"not a cycle")
+        with pytest.raises(KafkaProtocolError) as err:
+            await b2.logs.get(TOPIC, 0)
+        assert err.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        with pytest.raises(IngestError, match="unfolded entries of cyc-0"):
+            await read_logs(b2.meta, [TOPIC])
+    finally:
+        await b2.stop()
+    with pytest.raises(RepairError, match="does not decode"):
+        await truncate_to(cfg, 0, execute=False)
