@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from broker import faults
 from broker.commit import CommitResult, Outcome
 from broker.meta.base import Put
-from broker.meta.schema import end_json, end_key, seg_entry_key
+from broker.meta.schema import end_key, seg_entry_key
 from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, SegmentMeta
 from broker.shared_objects import SharedWriter
 from broker.tasks import cancel_and_wait
@@ -352,9 +352,7 @@ class Flusher:
         for lg, _pend, seg in chunk:
             entry = seg.to_json()
             ops.append(Put(seg_entry_key(lg.topic, lg.partition, seg.base), entry))
-            ops.append(
-                Put(end_key(lg.topic, lg.partition), end_json(seg.last + 1, lg.epoch, lg.log_start))
-            )
+            ops.append(Put(end_key(lg.topic, lg.partition), lg.end_at(seg.last + 1)))
             probes[seg_entry_key(lg.topic, lg.partition, seg.base)] = entry
         lgs = [lg for lg, _pend, _seg in chunk]
         started = time.perf_counter()

@@ -552,3 +552,31 @@ async def test_an_unreadable_cycle_key_refuses_the_take_cleanly(cfg: BrokerConfi
         await b2.stop()
     with pytest.raises(RepairError, match="does not decode"):
         await truncate_to(cfg, 0, execute=False)
+
+
+async def test_a_small_cycle_keeps_the_owner_named_in_the_end(cfg: BrokerConfig) -> None:
+    """With a minimum above 1, a small cycle commits per partition; its end value must
+    still name the owner, or the cycle keys committed after it would be invisible to
+    the next owner's take."""
+    small = replace(cfg, cycle_keys_min_partitions=2)
+    b, _meta = await start(small)
+    stopped = False
+    try:
+        await b.topics.create(TOPIC, 2)
+        x, y = [await b.logs.get(TOPIC, p) for p in range(2)]
+        assert await commit(b, x, "a") == ErrorCode.NONE  # one partition: per partition
+        assert b.logs.folder.stats["cycle_txns"] == 0
+        both = [append(b, lg, f"b{lg.partition}") for lg in (x, y)]  # two: a cycle key
+        assert [await outcome(r) for r in both] == [ErrorCode.NONE] * 2
+        assert b.logs.folder.stats["cycle_txns"] == 1
+        await crash_stop(b)
+        stopped = True
+    finally:
+        if not stopped:
+            await b.stop()
+    b2, _m2 = await start(small)
+    try:
+        lg = await b2.logs.get(TOPIC, 0)
+        assert await values(b2, lg) == [*tags("a"), b"b0-0", b"b0-1"]
+    finally:
+        await b2.stop()
