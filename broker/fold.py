@@ -210,10 +210,9 @@ class Folder:
         probes: dict[str, bytes] = {}
         for lg, n in group:
             segs = [s for s, _k in lg.unfolded[:n]]
-            for seg in segs:
-                ops.append(Put(seg_entry_key(lg.topic, lg.partition, seg.base), seg.to_json()))
-            first = seg_entry_key(lg.topic, lg.partition, segs[0].base)
-            probes[first] = segs[0].to_json()
+            puts = [Put(seg_entry_key(lg.topic, lg.partition, s.base), s.to_json()) for s in segs]
+            ops += puts
+            probes[puts[0].key] = puts[0].value  # a fresh object's entry: unique
             ops.append(Put(end_key(lg.topic, lg.partition), lg.end_at(segs[-1].last + 1)))
         lgs = [lg for lg, _n in group]
         self.stats["fold_txns"] += 1
