@@ -146,10 +146,12 @@ class Cluster:
     async def stop(self) -> None:
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
-        if self.lease_id:
+        # a lease in doubt (the store not answering) expires by itself: asking would
+        # only add the store's request timeout to the stop
+        if self.lease_id and self.lease_valid():
             with contextlib.suppress(MetaStoreError):
                 await self.meta.revoke_lease(self.lease_id)
-            self.lease_id = 0
+        self.lease_id = 0
 
     async def _register(self) -> None:
         """Take ``/brokers/{id}`` under a fresh lease.
@@ -209,6 +211,10 @@ class Cluster:
     def lease_valid(self) -> bool:
         """Whether this broker's lease is known to be alive right now."""
         return asyncio.get_running_loop().time() < self._lease_until
+
+    def lease_left(self) -> float:
+        """Seconds this broker's lease is known to live on (0: lapsed or in doubt)."""
+        return max(0.0, self._lease_until - asyncio.get_running_loop().time())
 
     def check_lease(self) -> None:
         """Refresh the lease now (a request found it in doubt)."""

@@ -91,9 +91,12 @@ class Flusher:
         self._task = asyncio.create_task(self._loop(), name="flusher")
 
     async def stop(self) -> None:
+        """Stop the loop, and any cycle still in flight (a stop that gave up flushing,
+        ``LogManager._flush_while_leased``): ended there as by a crash, nothing deleted."""
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
+        await cancel_and_wait(*self._cycles)
 
     def appended(self, lg: PartitionLog, nbytes: int) -> None:
         """Tell the flusher ``lg`` has new data (called after PartitionLog.append)."""

@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: owner-key releases in flight at stop (``LogManager._release_all``)
+RELEASES_AT_ONCE = 32
+
 ACQUIRE_WAIT_S = 5.0
 
 
@@ -140,17 +143,73 @@ class LogManager:
         await self.shared_sweep.stop()
         for lg in list(self.logs.values()):
             lg.state = RELEASING
-        await self.flush_all()
-        await self.flusher.stop()
+        await self._flush_while_leased()
+        await self.flusher.stop()  # and the cycles still in flight, if it gave up
         await self.folder.stop()
         # else the next owners fold at their take: bounded, as with an unreachable store
         # every fold transaction would wait out its resolution
         with contextlib.suppress(MetaStoreError, TimeoutError):
             async with asyncio.timeout(self.config.lease_ttl_s):
                 await self.folder.fold_all()
-        for lg in list(self.logs.values()):
-            await self._release_key(lg, keep_producers=True)
+        await self._release_all(list(self.logs.values()))
         self.logs.clear()
+
+    async def _flush_while_leased(self) -> None:
+        """Flush every owned partition at stop for as long as the lease is known to
+        live. A metadata store that does not answer would hold every cycle's commit for
+        its resolution deadline, one cycle after another; once the lease is in doubt the
+        partitions go to the next owner with it, so the stop gives up there. Giving up is
+        a crash at that point for the store's state (nothing is deleted, an unknown
+        outcome stays for the next owner's take) and loses nothing acknowledged: a cycle's
+        records are acknowledged only after its commit, and the connections are closed."""
+        task = asyncio.create_task(self.flush_all(), name="stop-flush")
+        try:
+            while not task.done():
+                left = self.cluster.lease_left()
+                if left <= 0:
+                    log.warning(
+                        "stop: the lease is in doubt; records not flushed by now were never"
+                        " acknowledged, and the partitions go to the next owner with it"
+                    )
+                    return
+                await asyncio.wait({task}, timeout=left)  # the lease may be renewed meanwhile
+            task.result()
+        finally:
+            if not task.done():
+                await cancel_and_wait(task)
+
+    async def _release_all(self, lgs: list[PartitionLog]) -> None:
+        """Release every owner key at stop, ``RELEASES_AT_ONCE`` at a time, within what
+        is left of the lease. Past it the keys are gone with the lease (or go when it
+        expires), so trying on would only delay the stop: against a metadata store that
+        does not answer, every release used to wait out its own request timeout in turn,
+        minutes for a few dozen partitions (docs/operations.md, "Stopping a broker"). A
+        partition not released is taken by the next owner once the lease has expired."""
+        left = self.cluster.lease_left()
+        if not lgs:
+            return
+        if left <= 0:
+            log.warning(
+                "stop: the lease is in doubt; %d partition(s) are released when it expires",
+                len(lgs),
+            )
+            return
+        gate = asyncio.Semaphore(RELEASES_AT_ONCE)
+
+        async def one(lg: PartitionLog) -> None:
+            async with gate:
+                await self._release_key(lg, keep_producers=True)
+
+        try:
+            async with asyncio.timeout(left):
+                await asyncio.gather(*(one(lg) for lg in lgs))
+        except TimeoutError:
+            log.warning(
+                "stop: releases not done within the lease's remaining %.1f s; the rest of"
+                " %d partition(s) are released when it expires",
+                left,
+                len(lgs),
+            )
 
     @property
     def pending_bytes(self) -> int:
