@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from bench.broker_run import MSG_SIZE, Plan, create_topics, rate
-from bench.broker_targets import Target, cpu_seconds
+from bench.broker_targets import Target, cpu_seconds, quiesce
 from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
 
@@ -115,6 +115,7 @@ def run_partition_sweep(
                     "kind": "produce", "topic": topic, "messages": messages,
                     "idempotence": True}  # fmt: skip
             run({**spec, "messages": max(2000, 2 * n)})  # take the partitions first
+            idle_s = quiesce(targets)  # every target's work of earlier runs done
             hist = scrape_buckets(t.metrics_url)
             before, cpu = _counters(t.metrics_url), cpu_seconds(t.pid)
             res = run(spec)
@@ -124,6 +125,7 @@ def run_partition_sweep(
             mbs, _ = rate(res)
             point = {
                 "partitions": n, "client": client, "mbs": mbs, "p50_ms": res["p50_ms"],
+                "quiesce_s": idle_s,
                 "p99_ms": res["p99_ms"], "errors": res["errors"],
                 "server_cpu_ms_per_mb": cpu * 1000 / (res["bytes"] / 1e6) if res["bytes"] else None,
                 "flush_cycles": d["kafscale_flush_cycles_total"],
@@ -148,5 +150,5 @@ def run_partition_sweep(
                   f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}  commit p99"
                   f" {point.get('commit_p99_ms', math.nan):6.1f}  Produce p99"
                   f" {point.get('broker_p99_ms', math.nan):6.1f} ms  ({client},"
-                  f" {res['errors']} errors)", flush=True)  # fmt: skip
+                  f" {res['errors']} errors, {idle_s:.1f} s to quiesce)", flush=True)  # fmt: skip
     return out

@@ -163,6 +163,22 @@ def cpu_seconds(pid: int | None) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def quiesce(targets: list[Target], timeout: float = 30.0, window: float = 0.5) -> float:
+    """Wait until every target's processes (broker, S3 server) are idle: together under
+    5 % of a core over ``window`` s, at most ``timeout`` s; the seconds waited. A broker
+    keeps working after a run (its merges start ``--merge-min-age-ms`` later), and on
+    two shared cores that work lands in the next target's timed run: the target that ran
+    first won by up to 50 % (docs/benchmarks.md, "Round 14")."""
+    pids = [p for t in targets for p in (t.pid, t.store_pid) if p]
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:  # sampling CPU: nothing to wait on
+        before = sum(cpu_seconds(p) for p in pids)
+        time.sleep(window)
+        if sum(cpu_seconds(p) for p in pids) - before < 0.05 * window:
+            break
+    return time.monotonic() - start
+
+
 GAUGES = ("kafscale_inflight_bytes", "kafscale_pending_bytes", "kafscale_segment_cache_bytes")
 LEASE_GAP = "kafscale_lease_refresh_gap_max_seconds"  # keep-alive starvation under load
 

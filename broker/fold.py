@@ -36,6 +36,7 @@ from broker.commit import CommitResult, Outcome
 from broker.cycles import ChainError, entries_of, entry_settled
 from broker.meta.base import Compare, Delete, Get, KeyValue, MetaStoreError, Put
 from broker.meta.schema import (
+    CYCLES_PREFIX,
     CycleEntry,
     SegmentMeta,
     broker_key,
@@ -80,6 +81,7 @@ class Folder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_leftover_check = 0.0
+        self._broken: set[str] = set()  # keys of gone nodes that do not decode
         self.stats = {
             "cycle_txns": 0, "folds": 0, "fold_txns": 0, "folded_segments": 0,
             "keys_deleted": 0, "aborted": 0,
@@ -264,9 +266,12 @@ class Folder:
             try:
                 await self.fold_all()
                 self._collect_dropped()
-                if self.leftovers and loop.time() - self._last_leftover_check >= LEFTOVER_CHECK_S:
+                if loop.time() - self._last_leftover_check >= LEFTOVER_CHECK_S:
                     self._last_leftover_check = loop.time()
-                    await self._check_leftovers(sorted(self.leftovers))
+                    if self.leftovers:
+                        await self._check_leftovers(sorted(self.leftovers))
+                    if self._controls():
+                        await self._check_gone_nodes()
             except MetaStoreError as exc:
                 log.warning("cycle fold: %s (retried)", exc)
             except Exception:  # never let the fold loop die
@@ -302,22 +307,53 @@ class Folder:
 
     async def _check_leftovers(self, keys: list[str]) -> None:
         """Delete the leftover keys whose every entry is settled."""
-        meta = self.logs.meta
         for key in keys:
-            kv = await meta.get(key)
-            if kv is None:
+            kv = await self.logs.meta.get(key)
+            if kv is None or await self._delete_if_settled(kv) is not False:
                 self.leftovers.discard(key)
-                continue
-            try:
-                entries = entries_of([kv])
-            except ChainError as exc:  # kept in the store for an operator; not looked at again
-                log.error("cycle key %s left alone: %s", key, exc)
-                self.leftovers.discard(key)
-                continue
-            if await self._settled(entries):
-                await meta.txn([Compare(key, "mod_revision", "==", kv.mod_revision)], [Delete(key)])
-                self.leftovers.discard(key)
-                self.stats["keys_deleted"] += 1
+
+    def _controls(self) -> bool:
+        cluster = self.logs.cluster
+        return cluster.controller_id() == self.config.node_id and cluster.lease_valid()
+
+    async def _check_gone_nodes(self) -> None:
+        """The controller's part of the clean-up: the keys of node ids with no live
+        registration, deleted once every entry is settled. A node id that registers
+        again checks its own earlier keys (``_check_old_registrations``); one that never
+        does (a scaled-down pod) had its keys kept for good before. Settled is final, so a
+        node registering again meanwhile changes nothing."""
+        meta = self.logs.meta
+        kvs = [
+            (owner[0], kv)
+            for kv in await meta.range(CYCLES_PREFIX)
+            if (owner := cycle_key_owner(kv.key)) is not None and owner[0] != self.config.node_id
+        ]
+        nodes = sorted({node for node, _kv in kvs})
+        live: set[int] = set()
+        for i in range(0, len(nodes), meta.max_txn_ops):
+            chunk = nodes[i : i + meta.max_txn_ops]
+            res = await meta.txn([], [Get(broker_key(n)) for n in chunk])
+            live.update(n for n, got in zip(chunk, res.gets, strict=True) if got)
+        for node, kv in kvs:
+            if node not in live and kv.key not in self._broken:
+                if await self._delete_if_settled(kv) is None:
+                    self._broken.add(kv.key)  # reported once
+
+    async def _delete_if_settled(self, kv: KeyValue) -> bool | None:
+        """Delete the cycle key ``kv`` if every entry of it is settled (unless it changed
+        since): whether it was; None for a key that does not decode (kept in the store for
+        an operator, one error line)."""
+        try:
+            entries = entries_of([kv])
+        except ChainError as exc:
+            log.error("cycle key %s left alone: %s", kv.key, exc)
+            return None
+        if not await self._settled(entries):
+            return False
+        compare = Compare(kv.key, "mod_revision", "==", kv.mod_revision)
+        await self.logs.meta.txn([compare], [Delete(kv.key)])
+        self.stats["keys_deleted"] += 1
+        return True
 
     async def _settled(self, entries: list[CycleEntry]) -> bool:
         per = max(1, self.logs.meta.max_txn_ops // 2)

@@ -580,3 +580,40 @@ async def test_a_small_cycle_keeps_the_owner_named_in_the_end(cfg: BrokerConfig)
         assert await values(b2, lg) == [*tags("a"), b"b0-0", b"b0-1"]
     finally:
         await b2.stop()
+
+
+async def test_the_controller_deletes_settled_keys_of_a_node_id_gone_for_good(
+    cfg: BrokerConfig,
+) -> None:
+    """A node id that never registers again (a scaled-down pod): its cycle keys are
+    deleted by the controller once every entry is settled, and not before; a live
+    broker's keys are not its to touch."""
+    b, _meta = await start(cfg)
+    await b.topics.create(TOPIC, 2)
+    lgs = [await b.logs.get(TOPIC, p) for p in range(2)]
+    for tag in "ab":
+        assert await commit(b, lgs[0], tag) == ErrorCode.NONE
+    assert await commit(b, lgs[1], "x") == ErrorCode.NONE
+    gone = f"{CYCLES_PREFIX}{cfg.node_id}/"
+    await crash_stop(b)
+    b2, _m2 = await start(replace(cfg, node_id=cfg.node_id + 1))
+    try:
+        assert b2.logs.folder._controls()  # the only live broker
+        folder = b2.logs.folder
+        await folder._check_gone_nodes()
+        assert len([k for k in await cycle_keys(b2) if k.startswith(gone)]) == 3  # unsettled
+        lg = await b2.logs.get(TOPIC, 0)  # its take folds partition 0's chain
+        await folder._check_gone_nodes()
+        left = [k for k in await cycle_keys(b2) if k.startswith(gone)]
+        assert len(left) == 1  # partition 1's entry: nobody has taken it yet
+        assert await commit(b2, lg, "c") == ErrorCode.NONE  # a key of b2, not folded yet
+        lg1 = await b2.logs.get(TOPIC, 1)
+        await folder._check_gone_nodes()
+        keys = await cycle_keys(b2)
+        assert [k for k in keys if k.startswith(gone)] == []
+        assert list(keys.values()) == [(False, 1)]  # b2's own, untouched
+        b2.logs.cache.clear()
+        assert await values(b2, lg) == tags("a", "b", "c")
+        assert await values(b2, lg1) == tags("x")
+    finally:
+        await b2.stop()
