@@ -20,6 +20,7 @@ from broker.meta.schema import SegmentMeta, end_json
 from broker.producers import INT32_MAX, BatchRecord, ProducerState
 from protocol.batch import BatchHeader, patch_batch
 from protocol.errors import ErrorCode
+from protocol.values import value
 from segments.format import object_name
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class PendingBatch:
     future: asyncio.Future[None]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class AppendResult:
     error: ErrorCode
     base_offset: int = -1

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import crc32c as _crc32c
+
+from protocol.values import value
 
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted in batchLength
@@ -41,7 +42,7 @@ def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
     return _crc32c.crc32c(data, value)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BatchHeader:
     base_offset: int
     batch_length: int

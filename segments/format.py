@@ -42,6 +42,7 @@ from protocol.batch import (
 )
 from protocol.crc32c_combine import IMPLEMENTATION as _COMBINE_IMPLEMENTATION
 from protocol.crc32c_combine import crc32c_combine
+from protocol.values import value
 from segments.names import (  # the key and object-name helpers, re-exported
     DEFAULT_NAMESPACE,
     INDEX_SUFFIX,
@@ -112,7 +113,7 @@ class CorruptSegmentError(ValueError):
 # ---------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SegmentHeader:
     magic: int
     version: int
@@ -136,20 +137,20 @@ class SegmentHeader:
         return bool(self.flags & COMPACTED_FLAG)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SegmentFooter:
     body_crc: int
     last_offset: int
     magic: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class IndexEntry:
     offset: int
     position: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class BuiltSegment:
     # header, the batch views themselves (zero-copy), the index trailer (version 2), footer
     buffers: list[Buffer]

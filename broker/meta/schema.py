@@ -39,6 +39,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote, unquote
 
+from protocol.values import value
+
 CLUSTER_ID_KEY = "/cluster/id"
 PRODUCER_ID_KEY = "/producers/next-id"
 BROKERS_PREFIX = "/brokers/"
@@ -168,7 +170,7 @@ def entry_base(key: str) -> int:
     return int(key.rsplit("/", 1)[-1])
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class EndValue:
     """``/logs/{t}/{p}/end``: the committed log end, the owner epoch, the log start, and
     (an owner that commits through cycle keys) the owner's node id and registration
@@ -230,7 +232,7 @@ def owner_broker(value: bytes) -> int | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SegmentMeta:
     """A committed manifest entry (``/logs/{t}/{p}/segments/{base:020d}``)."""
 
@@ -333,7 +335,7 @@ def cycle_key_owner(key: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class CycleEntry:
     """One partition's segment in a cycle key: committed (acknowledged) when the key
     was created, folded into the partition's own keys later (docs/format.md)."""

@@ -61,8 +61,9 @@ def _produce(
     bootstrap: str, topic: str, tag: str, n: int, acked: dict[bytes, tuple[int, int]]
 ) -> Producer:
     def report(err: object, msg: Message) -> None:
-        if err is None:
-            acked[msg.value()] = acked_at(msg)
+        value = msg.value()
+        if err is None and value is not None:
+            acked[value] = acked_at(msg)
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
                   "message.timeout.ms": 300_000, "log_level": 2})  # fmt: skip
@@ -86,9 +87,11 @@ def _read_all(bootstrap: str, topic: str) -> dict[bytes, tuple[int, int]]:
             msg = c.poll(60)
             assert msg is not None, f"partitions {sorted(left)} did not read to their end"
             assert msg.error() is None, msg.error()
-            found[msg.value()] = (msg.partition(), msg.offset())
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                left.discard(msg.partition())
+            value, part, offset = msg.value(), msg.partition(), msg.offset()
+            assert value is not None and part is not None and offset is not None
+            found[value] = (part, offset)
+            if offset + 1 >= ends[part]:
+                left.discard(part)
         return found
     finally:
         c.close()
