@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
+from broker.compaction_policy import is_compacted
 from broker.config import BrokerConfig
 from broker.deletion import delete_topic_objects
 from broker.group_store import purge_topic_offsets
@@ -63,7 +64,22 @@ from broker.topic_validation import (
     validate_topic_name,
 )
 from protocol.errors import ErrorCode, KafkaProtocolError
+from protocol.validate import TimestampPolicy
+from protocol.values import value
 from segments.store import ObjectStore
+
+POLICY_CACHE_MAX = 100_000  # topics' produce policies kept (cleared when full)
+
+
+@value
+class ProducePolicy:
+    """A topic's produce checks: ``max.message.bytes``, its timestamp rules, and whether
+    records need keys (``cleanup.policy`` compact)."""
+
+    max_bytes: int
+    timestamps: TimestampPolicy
+    compacted: bool
+
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +104,8 @@ class TopicManager(TopicTable):
         super().__init__(meta)
         self._config = config
         self._defaults: tuple[BrokerConfig, dict[str, str]] | None = None
+        # name -> (the TopicInfo and config it was derived from, its ProducePolicy)
+        self._policies: dict[str, tuple[TopicInfo, BrokerConfig, ProducePolicy]] = {}
         self._store = store
         self._namespace = config.namespace if namespace is None else namespace
         self._ensuring: dict[str, asyncio.Task[TopicInfo | None]] = {}
@@ -132,6 +150,24 @@ class TopicManager(TopicTable):
         out = dict(self._defaults[1])
         out.update(info.configs)
         return out
+
+    def produce_policy(self, info: TopicInfo) -> ProducePolicy:
+        """What produce checks ``info``'s batches against, derived from its effective
+        configs once per version of the topic (a TopicInfo is replaced on every change)
+        instead of for every produced partition (docs/benchmarks.md, "Round 14")."""
+        hit = self._policies.get(info.name)
+        if hit is not None and hit[0] is info and hit[1] is self._config:
+            return hit[2]
+        configs = self.effective_configs(info)
+        policy = ProducePolicy(
+            int(configs.get("max.message.bytes", self._config.max_message_bytes)),
+            TimestampPolicy.from_configs(configs),
+            is_compacted(configs),
+        )
+        if len(self._policies) >= POLICY_CACHE_MAX:
+            self._policies.clear()
+        self._policies[info.name] = (info, self._config, policy)
+        return policy
 
     # ------------------------------------------------------------ create / ensure
 

@@ -21,7 +21,7 @@ from broker.meta.base import Compare, Get, MetaStore, MetaStoreError, Put
 from broker.meta.schema import OpenTxn, open_txn_key, owner_key, txn_state_key
 from broker.partition import PartitionLog
 from broker.txn_partition import PartitionTxns, state_of
-from protocol.batch import BatchHeader, CorruptBatchError, iter_batches
+from protocol.batch import BatchHeader, any_transactional, iter_batches, read_header
 from protocol.errors import ErrorCode
 from txncoord import TxnRecord, TxnState
 
@@ -34,15 +34,9 @@ ATTEMPTS = 5
 def transactional_header(records: memoryview | None) -> BatchHeader | None:
     """The header of the record set's first batch when any batch is transactional (the
     full validation comes later; a corrupt set is left to it)."""
-    if records is None:
+    if records is None or not any_transactional(records):
         return None
-    try:
-        headers = [hdr for hdr, _ in iter_batches(records)]
-    except (CorruptBatchError, ValueError, IndexError):
-        return None
-    if not any(h.is_transactional for h in headers):
-        return None
-    return headers[0]
+    return read_header(records)
 
 
 def _uniform(records: memoryview, first: BatchHeader) -> bool:

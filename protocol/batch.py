@@ -110,6 +110,28 @@ def iter_batches(buf: memoryview) -> Iterator[tuple[BatchHeader, memoryview]]:
         pos += size
 
 
+_LENGTH = struct.Struct(">i")  # batchLength, at offset 8
+_ATTRIBUTES = struct.Struct(">h")  # attributes, at CRC_START
+_MAGIC_AT = 16
+
+
+def any_transactional(buf: bytes | bytearray | memoryview) -> bool | None:
+    """Whether any batch of ``buf`` is transactional, from each batch's length, magic
+    and attributes only, with no header object built; None where ``iter_batches`` would
+    raise (broken framing anywhere). Asked of every produced partition, where nearly
+    every batch is not (docs/benchmarks.md, "Round 14")."""
+    pos, end, found = 0, len(buf), False
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE or buf[pos + _MAGIC_AT] != 2:
+            return None
+        size = _LENGTH.unpack_from(buf, pos + 8)[0] + LOG_OVERHEAD
+        if size < BATCH_HEADER_SIZE or pos + size > end:
+            return None
+        found = found or bool(_ATTRIBUTES.unpack_from(buf, pos + CRC_START)[0] & TRANSACTIONAL_MASK)
+        pos += size
+    return found
+
+
 def verify_crc(batch: bytes | bytearray | memoryview, header: BatchHeader | None = None) -> bool:
     """True when the batch's stored CRC-32C matches its bytes."""
     hdr = header or read_header(batch)

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import quotas
-from broker.compaction_policy import is_compacted
 from broker.handlers.registry import Encoded, RequestContext, handler_failed
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
@@ -161,14 +160,15 @@ def _append(
     if records is None or len(records) == 0:
         out.error = ErrorCode.CORRUPT_MESSAGE
         return out
-    configs = ctx.broker.topics.effective_configs(info)
-    max_bytes = int(configs.get("max.message.bytes", ctx.broker.config.max_message_bytes))
-    policy = TimestampPolicy.from_configs(configs)
+    checks = ctx.broker.topics.produce_policy(info)
+    policy = checks.timestamps
     try:
         if is_legacy(records):
             records = memoryview(bytearray(convert_message_set(records)))
-        batches = validate_records(records, policy, max_bytes, ctx.broker.config.validate_records)
-        if is_compacted(configs):
+        batches = validate_records(
+            records, policy, checks.max_bytes, ctx.broker.config.validate_records
+        )
+        if checks.compacted:
             require_keys(batches)  # INVALID_RECORD (CORRUPT_MESSAGE before v8)
     except KafkaProtocolError as exc:
         out.error, out.message = exc.code, exc.message or None

@@ -177,3 +177,22 @@ async def test_delete_removes_metadata_and_objects(env: Env, tmp_path: Path) -> 
     assert code_of(exc) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     again = await tm.create("gone", 1)
     assert again.topic_id != old.topic_id
+
+
+async def test_the_produce_policy_follows_every_change_of_the_topic(env: Env) -> None:
+    tm = await env.manager()
+    info = await tm.create("pol", 1)
+    first = tm.produce_policy(info)
+    assert first.max_bytes == int(tm.effective_configs(info)["max.message.bytes"]) != 1000
+    assert not first.compacted and not first.timestamps.log_append_time
+    assert tm.produce_policy(info) is first  # derived once per version of the topic
+    changed = await tm.alter_configs(
+        "pol",
+        {
+            "max.message.bytes": "1000",
+            "cleanup.policy": "compact",
+            "message.timestamp.type": "LogAppendTime",
+        },
+    )
+    now = tm.produce_policy(changed)
+    assert (now.max_bytes, now.compacted, now.timestamps.log_append_time) == (1000, True, True)

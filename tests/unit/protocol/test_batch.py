@@ -134,3 +134,40 @@ def test_iter_batches_bad_length(length: int) -> None:
     struct.pack_into(">i", raw, 8, length)
     with pytest.raises(CorruptBatchError):
         list(iter_batches(memoryview(raw)))
+
+
+def _by_headers(buf: bytes) -> bool | None:
+    """The definition ``any_transactional`` must agree with: every header parsed (a
+    broken batch anywhere: None)."""
+    try:
+        headers = [h for h, _ in iter_batches(memoryview(buf))]
+    except CorruptBatchError:
+        return None
+    return any(h.is_transactional for h in headers)
+
+
+def test_any_transactional_agrees_with_parsing_every_header() -> None:
+    from protocol.batch import any_transactional
+
+    plain = build_batch([(b"k", b"v", [])] * 2)
+    txn = build_batch([(b"k", b"v", [])], base_offset=2, producer_id=7, producer_epoch=0,
+                      base_sequence=0, transactional=True)  # fmt: skip
+    bad_magic = bytearray(plain)
+    bad_magic[16] = 1
+    short_len = bytearray(plain)
+    struct.pack_into(">i", short_len, 8, 10)
+    cases = {
+        "empty": b"",
+        "plain": plain,
+        "two plain": plain + plain,
+        "txn second": plain + txn,
+        "txn first": txn + plain,
+        "truncated after a txn": txn + plain[:40],
+        "txn then a partial batch": txn + plain[:-1],
+        "bad magic after a txn": txn + bytes(bad_magic),
+        "length under a header": bytes(short_len),
+    }
+    got = {name: any_transactional(buf) for name, buf in cases.items()}
+    assert got == {name: _by_headers(buf) for name, buf in cases.items()}
+    assert got["txn second"] is True and got["plain"] is False
+    assert got["truncated after a txn"] is None and got["bad magic after a txn"] is None
