@@ -257,7 +257,7 @@ class Folder:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        await self._check_old_registrations()
+        await self._check_own_keys()
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FOLD_INTERVAL_S):
@@ -268,6 +268,7 @@ class Folder:
                 self._collect_dropped()
                 if loop.time() - self._last_leftover_check >= LEFTOVER_CHECK_S:
                     self._last_leftover_check = loop.time()
+                    await self._check_own_keys()
                     if self.leftovers:
                         await self._check_leftovers(sorted(self.leftovers))
                     if self._controls():
@@ -292,18 +293,20 @@ class Folder:
                 del self.keys[key]
                 self.leftovers.add(key)
 
-    async def _check_old_registrations(self) -> None:
-        """Keys of this node id's earlier registrations (a restart, a lost lease)."""
+    async def _check_own_keys(self) -> None:
+        """This node id's keys that no log of this broker will fold become leftovers:
+        an earlier registration's (a restart, a lost lease), or one of this registration
+        that nothing here tracks (a commit reported of unknown outcome whose original
+        landed after its resolution gave up). A key committed meanwhile may be taken for
+        one too: its entries are not settled until its fold, which deletes it."""
         prefix = cycles_prefix(self.config.node_id)
         try:
             kvs = await self.logs.meta.range(prefix)
         except MetaStoreError as exc:
-            log.warning("earlier cycle keys not checked: %s", exc)
+            log.warning("own cycle keys not checked: %s", exc)
             return
-        old = [
-            kv.key for kv in kvs if (cycle_key_owner(kv.key) or (0, 0))[1] != self.logs.cluster.reg
-        ]
-        self.leftovers.update(old)
+        tracked = self.keys.keys() | set(self._deletable)
+        self.leftovers.update(kv.key for kv in kvs if kv.key not in tracked)
 
     async def _check_leftovers(self, keys: list[str]) -> None:
         """Delete the leftover keys whose every entry is settled."""
@@ -319,7 +322,7 @@ class Folder:
     async def _check_gone_nodes(self) -> None:
         """The controller's part of the clean-up: the keys of node ids with no live
         registration, deleted once every entry is settled. A node id that registers
-        again checks its own earlier keys (``_check_old_registrations``); one that never
+        again checks its own earlier keys (``_check_own_keys``); one that never
         does (a scaled-down pod) had its keys kept for good before. Settled is final, so a
         node registering again meanwhile changes nothing."""
         meta = self.logs.meta
