@@ -81,7 +81,7 @@ class Folder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_leftover_check = 0.0
-        self._broken: set[str] = set()  # keys of gone nodes that do not decode
+        self._broken: set[str] = set()  # keys that do not decode: reported once, kept
         self.stats = {
             "cycle_txns": 0, "folds": 0, "fold_txns": 0, "folded_segments": 0,
             "keys_deleted": 0, "aborted": 0,
@@ -305,14 +305,17 @@ class Folder:
         except MetaStoreError as exc:
             log.warning("own cycle keys not checked: %s", exc)
             return
-        tracked = self.keys.keys() | set(self._deletable)
+        tracked = self.keys.keys() | set(self._deletable) | self._broken
         self.leftovers.update(kv.key for kv in kvs if kv.key not in tracked)
 
     async def _check_leftovers(self, keys: list[str]) -> None:
         """Delete the leftover keys whose every entry is settled."""
         for key in keys:
             kv = await self.logs.meta.get(key)
-            if kv is None or await self._delete_if_settled(kv) is not False:
+            done = True if kv is None else await self._delete_if_settled(kv)
+            if done is None:
+                self._broken.add(key)  # not listed again by _check_own_keys
+            if done is not False:
                 self.leftovers.discard(key)
 
     def _controls(self) -> bool:
