@@ -26,6 +26,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.meta.base import Compare, MetaStoreError, Put, open_meta
 from broker.meta.schema import CYCLES_PREFIX, broker_key, parse_cycle, segments_prefix
+from broker.partition import PartitionLog
 from broker.repair import RepairError, Target, truncate
 from broker.server import Broker
 from ingest_job.manifest import read_logs
@@ -102,6 +103,11 @@ async def cycle_keys(b: Broker) -> dict[str, tuple[bool, int]]:
     return out
 
 
+async def cycle_keys_raw(b: Broker) -> list[str]:
+    """Every cycle key, decodable or not."""
+    return [kv.key for kv in await b.meta.range(CYCLES_PREFIX)]
+
+
 async def own_entries(b: Broker, topic: str, partition: int) -> list[int]:
     """Base offsets of the partition's own manifest entries."""
     return [
@@ -118,6 +124,14 @@ async def own_end(b: Broker, topic: str, partition: int) -> dict[str, int]:
 
 def tags(*names: str) -> list[bytes]:
     return [f"{t}-{j}".encode() for t in names for j in range(2)]
+
+
+async def committed(b: Broker, names: str) -> PartitionLog:
+    """Partition 0 of TOPIC with one acknowledged cycle per name in ``names``."""
+    lg = await b.logs.get(TOPIC, 0)
+    for tag in names:
+        assert await commit(b, lg, tag) == ErrorCode.NONE
+    return lg
 
 
 async def test_a_wide_cycle_is_one_transaction_and_its_fold_names_everything(
@@ -213,9 +227,7 @@ async def test_a_dropped_log_is_taken_again_with_its_cycle_entries(
     node: tuple[Broker, FlakyMeta],
 ) -> None:
     b, _meta = node
-    lg = await b.logs.get(TOPIC, 0)
-    for tag in "ab":
-        assert await commit(b, lg, tag) == ErrorCode.NONE
+    lg = await committed(b, "ab")
     b.logs.drop(lg, "a test")
     lg2 = await b.logs.get(TOPIC, 0)
     assert lg2 is not lg and lg2.hw == 4 and lg2.epoch == lg.epoch + 1
@@ -331,9 +343,7 @@ async def test_delete_records_folds_first(node: tuple[Broker, FlakyMeta]) -> Non
 
 async def test_a_fold_applied_but_reported_failed(node: tuple[Broker, FlakyMeta]) -> None:
     b, meta = node
-    lg = await b.logs.get(TOPIC, 0)
-    for tag in "ab":
-        assert await commit(b, lg, tag) == ErrorCode.NONE
+    lg = await committed(b, "ab")
     meta.arm(puts_under("/segments/"), apply=True)
     await b.logs.folder.fold_all()
     assert meta.hits == 1 and lg.state == "active" and lg.unfolded == [] and lg.folded == 4
@@ -361,9 +371,7 @@ async def test_the_ingest_plan_reads_what_is_not_folded_yet(
     node: tuple[Broker, FlakyMeta],
 ) -> None:
     b, _meta = node
-    lg = await b.logs.get(TOPIC, 0)
-    for tag in "ab":
-        assert await commit(b, lg, tag) == ErrorCode.NONE
+    lg = await committed(b, "ab")
 
     async def planned() -> tuple[int, list[tuple[int, int]]]:
         (plog,) = await read_logs(b.meta, [TOPIC])
@@ -503,9 +511,7 @@ async def test_a_deleted_topics_cycle_entries_settle_and_never_reach_its_success
     node: tuple[Broker, FlakyMeta],
 ) -> None:
     b, _meta = node
-    lg = await b.logs.get(TOPIC, 0)
-    for tag in "ab":
-        assert await commit(b, lg, tag) == ErrorCode.NONE
+    await committed(b, "ab")
     await b.topics.delete(TOPIC)
     await b.topics.create(TOPIC, 1)  # a new incarnation of the name
     lg2 = await b.logs.get(TOPIC, 0)
@@ -523,9 +529,7 @@ async def test_a_fold_never_applied_is_tried_again(node: tuple[Broker, FlakyMeta
     in the cycle keys, until the next fold; a transaction that needed the fold first is
     not sent meanwhile."""
     b, meta = node
-    lg = await b.logs.get(TOPIC, 0)
-    for tag in "ab":
-        assert await commit(b, lg, tag) == ErrorCode.NONE
+    lg = await committed(b, "ab")
     meta.arm(puts_under("/segments/"), apply=False)
     await b.logs.folder.fold_all()
     assert meta.hits == 1 and lg.state == "active" and len(lg.unfolded) == 2
@@ -537,7 +541,9 @@ async def test_a_fold_never_applied_is_tried_again(node: tuple[Broker, FlakyMeta
     assert await values(b, lg) == tags("a", "b", "c")
 
 
-async def test_an_unreadable_cycle_key_refuses_the_take_cleanly(cfg: BrokerConfig) -> None:
+async def test_an_unreadable_cycle_key_refuses_the_take_cleanly(
+    cfg: BrokerConfig, caplog: pytest.LogCaptureFixture
+) -> None:
     """A cycle key that does not decode (never written by a broker): the take refuses
     with a retriable error and one log line, the ingest plan and the truncate command
     say why, and nothing is served past what the store certainly holds."""
@@ -555,6 +561,12 @@ async def test_an_unreadable_cycle_key_refuses_the_take_cleanly(cfg: BrokerConfi
         assert err.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         with pytest.raises(IngestError, match="unfolded entries of cyc-0"):
             await read_logs(b2.meta, [TOPIC])
+        folder = b2.logs.folder
+        for _ in range(2):  # the owner's periodic check, twice: one error line, key kept
+            await folder._check_own_keys()
+            await folder._check_leftovers(sorted(folder.leftovers))
+        assert list(await cycle_keys_raw(b2)) == [key] and folder.leftovers == set()
+        assert len([r for r in caplog.records if "left alone" in r.getMessage()]) == 1
     finally:
         await b2.stop()
     with pytest.raises(RepairError, match="does not decode"):
