@@ -41,6 +41,7 @@ from broker.compaction_policy import (
     RecordFilter,
     Rewritten,
     collapse,
+    compaction_of,
     dirty_state,
     expired_tombstones,
     is_due,
@@ -155,8 +156,7 @@ class Compactor:
         info = self.logs.topics.get(lg.topic)
         if info is None:
             return None
-        cfg = CompactionConfig.from_configs(self.logs.topics.effective_configs(info))
-        return cfg if cfg.compact else None
+        return self.logs.topics.derived(info, compaction_of)
 
     async def _stable_state(
         self, lg: PartitionLog, segs: Sequence[SegmentMeta], now_ms: int, cfg: CompactionConfig

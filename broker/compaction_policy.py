@@ -69,6 +69,13 @@ def is_compacted(configs: Mapping[str, str]) -> bool:
     return "compact" in configs.get("cleanup.policy", "delete").split(",")
 
 
+def compaction_of(configs: Mapping[str, str], _config: object = None) -> CompactionConfig | None:
+    """A topic's compaction settings; None when it is not compacted (``TopicManager.derived``
+    calls this once per version of the topic)."""
+    cfg = CompactionConfig.from_configs(configs)
+    return cfg if cfg.compact else None
+
+
 # ---------------------------------------------------------------- what to compact, when
 
 

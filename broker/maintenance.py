@@ -42,7 +42,7 @@ from broker import faults, producer_snapshot
 from broker.commit import Outcome
 from broker.compaction import Compactor
 from broker.deletion import ObjectDeleter
-from broker.maintenance_policy import plan_merges, retention_victims
+from broker.maintenance_policy import plan_merges, retention_of, retention_victims
 from broker.meta.base import Delete, Put
 from broker.meta.schema import end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
@@ -392,16 +392,11 @@ class Maintenance:
         info = self.logs.topics.get(lg.topic)
         if info is None:
             return 0
-        cfg = self.logs.topics.effective_configs(info)
-        if "delete" not in cfg.get("cleanup.policy", "delete"):
+        limits = self.logs.topics.derived(info, retention_of)
+        if limits is None:
             return 0
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        n = retention_victims(
-            lg.segments,
-            now_ms,
-            int(cfg.get("retention.ms", "-1")),
-            int(cfg.get("retention.bytes", "-1")),
-        )
+        n = retention_victims(lg.segments, now_ms, *limits)
         if n == 0:
             return 0
         try:

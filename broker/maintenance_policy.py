@@ -5,7 +5,7 @@ start"). ``broker.maintenance`` applies them on the owner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from broker.partition import SegmentMeta
 
@@ -49,6 +49,14 @@ def plan_merges(
         size += seg.size
     close()
     return runs
+
+
+def retention_of(configs: Mapping[str, str], _config: object = None) -> tuple[int, int] | None:
+    """A topic's (``retention.ms``, ``retention.bytes``); None when its cleanup policy does
+    not delete (``TopicManager.derived`` calls this once per version of the topic)."""
+    if "delete" not in configs.get("cleanup.policy", "delete"):
+        return None
+    return int(configs.get("retention.ms", "-1")), int(configs.get("retention.bytes", "-1"))
 
 
 def retention_victims(

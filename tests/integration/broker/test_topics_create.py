@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from broker.compaction_policy import compaction_of
 from broker.config import BrokerConfig
+from broker.maintenance_policy import retention_of
 from broker.meta.schema import TopicInfo
 from broker.topics import TopicManager
 from protocol.errors import ErrorCode, KafkaProtocolError
@@ -196,3 +198,22 @@ async def test_the_produce_policy_follows_every_change_of_the_topic(env: Env) ->
     )
     now = tm.produce_policy(changed)
     assert (now.max_bytes, now.compacted, now.timestamps.log_append_time) == (1000, True, True)
+
+
+async def test_maintenance_settings_follow_every_change_of_the_topic(env: Env) -> None:
+    """Compaction and retention settings are derived once per version of the topic (the
+    maintenance pass asks for them per partition), and an altered topic gets new ones."""
+    tm = await env.manager()
+    info = await tm.create("maint", 1, configs={"retention.ms": "60000"})
+    assert tm.derived(info, compaction_of) is None  # cleanup.policy delete
+    limits = tm.derived(info, retention_of)
+    assert limits == (60000, int(tm.effective_configs(info)["retention.bytes"]))
+    assert tm.derived(info, retention_of) is limits
+    changed = await tm.alter_configs(
+        "maint", {"cleanup.policy": "compact", "min.compaction.lag.ms": "5"}
+    )
+    assert tm.derived(changed, retention_of) is None  # compact only: retention deletes nothing
+    cfg = tm.derived(changed, compaction_of)
+    assert cfg is not None and cfg.compact and cfg.min_lag_ms == 5
+    both = await tm.alter_configs("maint", {"cleanup.policy": "compact,delete"})
+    assert tm.derived(both, retention_of) is not None and tm.derived(both, compaction_of)
