@@ -267,8 +267,9 @@ def base_target(
 
     workdir.mkdir(parents=True, exist_ok=True)
     port, http = free_port(), free_port()
+    # one process, as the ``local`` target (--workers defaults to the cores with etcd)
     args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
-            "--log-level", "WARNING", *limits.args(), *extra]  # fmt: skip
+            "--log-level", "WARNING", *limits.args(), *extra, "--workers", "1"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
     env["PYTHONPATH"] = str(tree.resolve())
     s3 = any(a.startswith("s3://") for a in extra)

@@ -244,14 +244,11 @@ class Flusher:
         """Build each job's segment and PUT them all (``put_all``: on the local store one
         durability barrier for the whole cycle, segments/local_batch.py); per job its
         SegmentMeta or why it failed."""
-        built: list[Built | BaseException] = list(
-            await asyncio.gather(
-                *(self._build(lg, pend) for lg, pend in jobs), return_exceptions=True
-            )
-        )
+        built = await self._build_all(jobs)
         shared = self.shared.place(jobs, built)  # the small segments as one object
         if shared is not None:
             built = shared.built
+        built = [self._named(lg, b) for (lg, _pend), b in zip(jobs, built, strict=True)]
         items = [  # one object per other partition (its index is its trailer)
             PutItem(b.key, [b.data], b.segment.crc32c)
             for b in built
@@ -287,27 +284,51 @@ class Flusher:
             out.append(self._finish(lg, pend, b, res))
         return out
 
-    async def _build(self, lg: PartitionLog, pend: list[PendingBatch]) -> Built:
-        """The segment of ``pend``: built, joined into one buffer, and its object key."""
-        base = pend[0].base_offset
-        built = build_segment(
-            base,
-            [p.view for p in pend],
-            int(time.time() * 1000),
-            self.config.index_interval,
-            # verified on produce (or computed here): no second pass for the footer CRC
-            batch_crcs=[p.header.crc for p in pend],
-        )
-        # one copy: the store body and the tail cache. bytes.join drops the GIL for
-        # large joins, so big segments are joined off the event loop (from the one
-        # malloc arena, broker/cli_broker.py: the memory of evicted segments is reused)
-        if built.size >= JOIN_OFF_LOOP_BYTES:
-            data = await asyncio.to_thread(b"".join, built.buffers)
-        else:
-            data = b"".join(built.buffers)
-        name = lg.new_object_name(base, built.last_offset)
+    async def _build_all(self, jobs: list[Job]) -> list[Built | BaseException]:
+        """Each job's segment, built and joined into one buffer (or why it failed), not
+        named yet. One copy: the store body and the tail cache. Small segments are built
+        here with no task per partition (docs/benchmarks.md, "Round 15"); bytes.join drops
+        the GIL for large joins, so big segments are joined off the event loop, together
+        (from the one malloc arena, broker/cli_broker.py: the memory of evicted segments
+        is reused)."""
+        out: list[Built | BaseException] = []
+        large: list[tuple[int, BuiltSegment]] = []  # (where in out, its segment)
+        now = int(time.time() * 1000)
+        for _lg, pend in jobs:
+            try:
+                seg = build_segment(
+                    pend[0].base_offset,
+                    [p.view for p in pend],
+                    now,
+                    self.config.index_interval,
+                    # verified on produce (or computed here): no second pass for the CRC
+                    batch_crcs=[p.header.crc for p in pend],
+                )
+            except Exception as exc:  # noqa: BLE001 - this job fails alone, as a PUT would
+                out.append(exc)
+                continue
+            if seg.size >= JOIN_OFF_LOOP_BYTES:
+                large.append((len(out), seg))
+                out.append(Built(seg, b"", "", ""))  # joined below
+            else:
+                out.append(Built(seg, b"".join(seg.buffers), "", ""))
+        if large:
+            joined = await asyncio.gather(
+                *(asyncio.to_thread(b"".join, seg.buffers) for _i, seg in large),
+                return_exceptions=True,
+            )
+            for (i, seg), data in zip(large, joined, strict=True):
+                out[i] = data if isinstance(data, BaseException) else Built(seg, data, "", "")
+        return out
+
+    def _named(self, lg: PartitionLog, b: Built | BaseException) -> Built | BaseException:
+        """``b`` with its own object's name and key, unless it is placed in a shared one
+        (the name is taken only for a segment that gets its own object)."""
+        if isinstance(b, BaseException) or b.key:
+            return b
+        name = lg.new_object_name(b.segment.base_offset, b.segment.last_offset)
         prefix = partition_prefix(self.config.namespace, lg.topic, lg.partition)
-        return Built(built, data, name, prefix + name)
+        return b._replace(name=name, key=prefix + name)
 
     def _finish(
         self, lg: PartitionLog, pend: list[PendingBatch], b: Built, etag: str

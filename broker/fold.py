@@ -120,7 +120,7 @@ class Folder:
         self._seq += 1
         key = cycle_key(self.config.node_id, reg, self._seq)
         entries = [
-            CycleEntry(lg.topic, lg.partition, lg.topic_id.hex, lg.epoch, seg) for lg, seg in segs
+            CycleEntry(lg.topic, lg.partition, lg.topic_hex, lg.epoch, seg) for lg, seg in segs
         ]
         fence = [
             Compare(broker_key(self.config.node_id), "create_revision", "==", reg),

@@ -21,7 +21,7 @@ from broker.producers import INT32_MAX, BatchRecord, ProducerState
 from protocol.batch import BatchHeader, patch_batch
 from protocol.errors import ErrorCode
 from protocol.values import value
-from segments.format import object_name
+from segments.names import tagged_object_name, topic_tag
 
 if TYPE_CHECKING:
     from broker.txn_partition import PartitionTxns
@@ -57,6 +57,8 @@ class PartitionLog:
         "topic",
         "partition",
         "topic_id",
+        "topic_hex",
+        "topic_tag",
         "epoch",
         "owner_value",
         "end_rev",
@@ -98,6 +100,8 @@ class PartitionLog:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
+        self.topic_hex = topic_id.hex  # kept: asked per segment (names, cycle entries)
+        self.topic_tag = topic_tag(topic_id)
         self.epoch = epoch
         self.owner_value = owner_value
         self.end_rev = end_rev
@@ -133,7 +137,7 @@ class PartitionLog:
     def new_object_name(self, base: int, last: int) -> str:
         """A writer-unique object name for a segment this owner writes (docs/format.md)."""
         self.object_seq += 1
-        return object_name(base, last, self.epoch, self.topic_id, self.object_seq)
+        return tagged_object_name(base, last, self.epoch, self.topic_tag, self.object_seq)
 
     def end_value(self) -> bytes:
         """The committed value of the end key, as this owner last wrote or read it."""

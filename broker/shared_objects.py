@@ -79,7 +79,7 @@ class SharedWriter:
             size = len(b.data)
             base = pend[0].base_offset
             ranges.append(
-                SharedRange(lg.topic, lg.topic_id.hex, lg.partition, lg.epoch, base, off, size)
+                SharedRange(lg.topic, lg.topic_hex, lg.partition, lg.epoch, base, off, size)
             )
             off += size
         head = directory(ranges)

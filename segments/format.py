@@ -29,7 +29,6 @@ from __future__ import annotations
 import struct
 import time
 from bisect import bisect_right
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -169,9 +168,10 @@ class BuiltSegment:
 # ---------------------------------------------------------------------------- writer
 
 
-def _dominant_compression(weights: Counter[int]) -> int:
-    if not weights:
-        return 0
+def _dominant_compression(weights: dict[int, int]) -> int:
+    """The codec of most bytes (the lowest on a tie); 0 for none."""
+    if len(weights) <= 1:
+        return next(iter(weights), 0)
     return max(sorted(weights), key=lambda codec: weights[codec])
 
 
@@ -195,7 +195,7 @@ class _Body:
     max_timestamp: int = -1
     next_offset: int = 0
     entries: list[IndexEntry] = field(default_factory=list)
-    weights: Counter[int] = field(default_factory=Counter)
+    weights: dict[int, int] = field(default_factory=dict)  # codec -> bytes
 
 
 def _frame(
@@ -232,7 +232,7 @@ def _frame(
             out.crc = crc32c(view, out.crc)
         out.records += hdr.record_count
         since_index += hdr.record_count
-        out.weights[hdr.compression] += hdr.size
+        out.weights[hdr.compression] = out.weights.get(hdr.compression, 0) + hdr.size
         out.max_timestamp = max(out.max_timestamp, hdr.max_timestamp)
         out.end += hdr.size
         expected = hdr.last_offset + 1

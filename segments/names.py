@@ -66,10 +66,12 @@ def topic_tag(topic_id: uuid.UUID) -> str:
 def object_name(base: int, last: int, epoch: int, topic_id: uuid.UUID, seq: int) -> str:
     """A writer-unique segment object name (under ``{ns}/{topic}/{partition}/``): only the
     owner of the partition at ``epoch`` (of that topic incarnation) writes it, once."""
-    return (
-        f"segment-{base:020d}-{last:020d}-e{epoch:010d}-{topic_tag(topic_id)}-{seq:012d}"
-        f"{SEGMENT_SUFFIX}"
-    )
+    return tagged_object_name(base, last, epoch, topic_tag(topic_id), seq)
+
+
+def tagged_object_name(base: int, last: int, epoch: int, tag: str, seq: int) -> str:
+    """``object_name`` with the topic's ``topic_tag`` given (a partition's, kept)."""
+    return f"segment-{base:020d}-{last:020d}-e{epoch:010d}-{tag}-{seq:012d}{SEGMENT_SUFFIX}"
 
 
 def parse_object_name(name: str) -> ObjectName | None:
