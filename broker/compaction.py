@@ -56,7 +56,6 @@ from protocol.compaction import record_columns
 from segments.format import (
     build_segment,
     iter_segment_batches,
-    parse_header,
     partition_prefix,
 )
 from segments.store import Buffer
@@ -303,7 +302,7 @@ class Compactor:
             name,
             created,
             cleaned,
-            parse_header(built.buffers[0]).version,
+            built.version,
         )
         return list(out.sources), meta
 

@@ -37,7 +37,6 @@ from protocol.errors import ErrorCode
 from segments.format import (
     BuiltSegment,
     build_segment,
-    parse_header,
     parse_index,
     partition_prefix,
 )
@@ -348,7 +347,7 @@ class Flusher:
             etag,
             b.name,
             created_ms=int(time.time() * 1000),
-            version=parse_header(built.buffers[0]).version,
+            version=built.version,
         )
 
     async def _contiguous(self, done: list[Done]) -> list[Done]:

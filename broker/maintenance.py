@@ -52,7 +52,6 @@ from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.format import (
     build_segment,
     iter_segment_batches,
-    parse_header,
     parse_index,
     partition_prefix,
 )
@@ -336,7 +335,7 @@ class Maintenance:
             etag,
             name,
             max(s.created_ms for s in run),
-            version=parse_header(built.buffers[0]).version,
+            version=built.version,
         )
         faults.checkpoint("merge.before_commit")
         if not await self._commit_merge(lg, run, merged):

@@ -57,7 +57,6 @@ from segments.format import (
     build_segment,
     iter_segment_batches,
     object_name,
-    parse_header,
     partition_prefix,
     segment_key,
 )
@@ -209,7 +208,7 @@ async def _rewrite_cut(
         name,
         int(time.time() * 1000),
         seg.cleaned,
-        parse_header(built.buffers[0]).version,
+        built.version,
     )
     return meta, key
 

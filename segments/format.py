@@ -163,6 +163,7 @@ class BuiltSegment:
     # the CRC-32C of the whole object (header to footer), for the store's ETag / checksum
     # (``ObjectStore.put_if_absent``'s ``crc32c``); 0 when not computed
     crc32c: int = 0
+    version: int = SEGMENT_VERSION  # the format version it was built in
 
 
 # ---------------------------------------------------------------------------- writer
@@ -308,6 +309,7 @@ def build_segment(
         max_timestamp=body.max_timestamp,
         compression=compression,
         crc32c=whole,
+        version=version,
     )
 
 

@@ -13,6 +13,7 @@ from segments.format import (
     HEADER_SIZE,
     INDEX_HEADER_SIZE,
     SEGMENT_MAGIC,
+    SEGMENT_VERSION,
     CorruptSegmentError,
     IndexEntry,
     base_offset_of_key,
@@ -109,7 +110,11 @@ def test_batches_are_not_copied() -> None:
     built = build_segment(0, views)
     assert built.buffers[1] is views[0] and built.buffers[2] is views[1]
     assert len(built.buffers) == 5 and built.buffers[3] == built.index  # header .. trailer, footer
-    assert len(build_segment(0, views, version=1).buffers) == 4
+    legacy = build_segment(0, views, version=1)
+    assert len(legacy.buffers) == 4
+    # the version it reports is the one in its header (the commit records it)
+    assert (built.version, legacy.version) == (SEGMENT_VERSION, 1)
+    assert [parse_header(b.buffers[0]).version for b in (built, legacy)] == [SEGMENT_VERSION, 1]
 
 
 def test_dominant_compression_flag() -> None:
