@@ -25,7 +25,7 @@ from segments.format import (
     partition_prefix,
     segment_key,
 )
-from segments.store import open_store
+from segments.store import StoreError, open_store
 from segments.validate import validate_segment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,11 +112,37 @@ def object_key(namespace: str, topic: str, partition: int, entry: dict[str, int 
     return segment_key(namespace, topic, partition, int(entry["base"]))
 
 
+CHECK_ATTEMPTS = 5  # manifests read while a running owner kept changing it
+
+
 def check_partition(
     backend: Backend, topic: str, partition: int, namespace: str = "default"
 ) -> PartitionState:
-    """Manifest contiguous up to the log end; every listed segment + index validates."""
-    end, entries = asyncio.run(_read_meta(backend, topic, partition))
+    """Manifest contiguous up to the log end; every listed segment + index validates.
+
+    A running owner may change the manifest while this reads the objects: a merge or a
+    compaction commits, then deletes the objects it replaced. So a check that fails is
+    made again when the manifest, read once more, differs from the one it checked; it
+    fails when the manifest held still (or kept changing for ``CHECK_ATTEMPTS`` reads)."""
+    for attempt in range(1, CHECK_ATTEMPTS + 1):
+        end, entries = asyncio.run(_read_meta(backend, topic, partition))
+        try:
+            return _check(backend, topic, partition, namespace, end, entries)
+        except (AssertionError, StoreError):
+            now = asyncio.run(_read_meta(backend, topic, partition))
+            if attempt == CHECK_ATTEMPTS or now == (end, entries):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _check(
+    backend: Backend,
+    topic: str,
+    partition: int,
+    namespace: str,
+    end: dict,
+    entries: list,
+) -> PartitionState:
     state = PartitionState(int(end["next_offset"]), int(end["epoch"]), entries)
     expect = entries[0]["base"] if entries else 0
     assert expect == 0, f"first segment starts at {expect}"
