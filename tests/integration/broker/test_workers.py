@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from broker.cluster import BrokerInfo, partition_key, rendezvous
 from broker.workers import MAX_RESTARTS
 from tests.fixtures.broker import REPO, free_port
+from tests.integration.spread import spread_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 admin_mod = pytest.importorskip("confluent_kafka.admin")
@@ -158,18 +158,6 @@ def _consume(bootstrap: str, topic: str, want: int) -> list[bytes]:
     return got
 
 
-def _spread_topic(prefix: str) -> str:
-    """A new topic name whose partitions hash to both workers (of random names, one in 128
-    puts all 8 partitions on one worker)."""
-    workers = [BrokerInfo(NODE, "", 0), BrokerInfo(NODE + 1, "", 0)]
-    while True:
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        owners = {getattr(rendezvous(partition_key(name, p), workers), "node_id", None)
-                  for p in range(PARTS)}  # fmt: skip
-        if owners == {NODE, NODE + 1}:
-            return name
-
-
 def _brokers_seen(admin: Any, want: set[int]) -> Any:
     """The metadata once it names every worker: a worker learns of one that registered
     just before it by a watch, which etcd may deliver some 100 ms later."""
@@ -184,7 +172,7 @@ def _brokers_seen(admin: Any, want: set[int]) -> Any:
 
 
 def test_clients_see_every_worker_and_lose_nothing(supervised: Supervised) -> None:
-    topic = _spread_topic("w")
+    topic = spread_topic("w", [NODE, NODE + 1], PARTS)
     admin = admin_mod.AdminClient({"bootstrap.servers": supervised.bootstrap})
     md = _brokers_seen(admin, {NODE, NODE + 1})
     admin.create_topics([admin_mod.NewTopic(topic, PARTS, 1)])[topic].result(30)

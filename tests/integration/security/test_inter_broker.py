@@ -26,6 +26,7 @@ from tests.fixtures.broker import BrokerProcess, free_port
 from tests.integration.kafka_raw import RawConn
 from tests.integration.security.conftest import kafscale
 from tests.integration.security.raw_sasl import login
+from tests.integration.spread import spread_topic
 
 pytestmark = pytest.mark.integration
 WAIT = 30.0
@@ -107,7 +108,7 @@ def elect(port: int, topic: str, partitions: int) -> dict[int, tuple[int, str | 
 
 
 def test_forwarded_election_logs_in_to_the_peer(sasl_pair: list[int]) -> None:
-    topic = f"ib-{uuid.uuid4().hex[:8]}"
+    topic = spread_topic("ib", [0, 1], 8)
     before = create(sasl_pair, topic, 8)
     assert all(epoch == -1 for _l, epoch in before.values())  # nobody took them yet
     got = elect(sasl_pair[0], topic, 8)
@@ -121,7 +122,7 @@ def test_forwarded_election_logs_in_to_the_peer(sasl_pair: list[int]) -> None:
 def test_without_inter_broker_credentials_the_forward_fails_clearly(
     sasl_pair: list[int],
 ) -> None:
-    topic = f"ib-no-{uuid.uuid4().hex[:8]}"
+    topic = spread_topic("ib-no", [0, 1], 8)
     before = create(sasl_pair, topic, 8)
     got = elect(sasl_pair[1], topic, 8)  # broker 1 has no --inter-broker-sasl-*
     for p, (leader, _epoch) in before.items():
