@@ -8,7 +8,8 @@ maintenance task runs between flush cycles, on the event loop, and:
   ``merge_small_bytes`` and at least ``merge_min_age_ms`` old into ONE segment (batches
   byte for byte) written under a writer-unique name, then commits one transaction per run
   that deletes the run's manifest entries and puts the merged entry (with a ``key`` field
-  naming the object) at the run's base;
+  naming the object) at the run's base (``broker.merging``, which skips a partition
+  with nothing new since its last look);
 - enforces ``retention.ms`` / ``retention.bytes`` by dropping whole segments from the
   head of the log (never the last one);
 - advances the log start for DeleteRecords (``delete_records``), which may lie inside a
@@ -38,23 +39,18 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker import faults, producer_snapshot
+from broker import producer_snapshot
 from broker.commit import Outcome
 from broker.compaction import Compactor
 from broker.deletion import ObjectDeleter
-from broker.maintenance_policy import plan_merges, retention_of, retention_victims
+from broker.maintenance_policy import retention_of, retention_victims
+from broker.merging import Merger
 from broker.meta.base import Delete, Put
 from broker.meta.schema import end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from broker.tasks import cancel_and_wait
 from broker.txn_partition import state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
-from segments.format import (
-    build_segment,
-    iter_segment_batches,
-    parse_index,
-    partition_prefix,
-)
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -64,8 +60,6 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 10.0  # how long stop() lets a maintenance pass finish before cancelling it
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
-# a range of a shared object is merged even alone once it is this old (and merge-min-age)
-SHARED_RELEASE_S = 60.0
 
 
 # ---------------------------------------------------------------------------- the task
@@ -88,7 +82,6 @@ class Maintenance:
         self.compactor = Compactor(logs, self.deleter)
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
-        self._seen: dict[tuple[str, int], dict[int, float]] = {}  # first seen per base
         self._sweeps: dict[tuple[str, int], tuple[float, PartitionLog]] = {}  # due, log
         self._failures: dict[tuple[str, int], _Failure] = {}
         self._next_retention = 0.0
@@ -101,7 +94,9 @@ class Maintenance:
             "failures": 0,
             "reclaimed_bytes": 0,
             "expired_producers": 0,
+            "merge_plans": 0,
         }
+        self.merger = Merger(logs, self.deleter, self.stats, self._current)
 
     def start(self) -> None:
         if self._task is None:
@@ -132,6 +127,7 @@ class Maintenance:
         tp = (lg.topic, lg.partition)
         if tp in self._sweeps and self._sweeps[tp][1] is lg:
             del self._sweeps[tp]
+        self.merger.forget(lg)
         self.deleter.forget(lg)
         self.compactor.forget(lg)
 
@@ -201,8 +197,7 @@ class Maintenance:
                 continue
             await self._guarded(lg, self._maintain(lg, retention, expiry))
         live = set(self.logs.logs)
-        for tp in [tp for tp in self._seen if tp not in live]:
-            del self._seen[tp]
+        self.merger.prune(live)
         for tp in [tp for tp in self._failures if tp not in live]:
             del self._failures[tp]
         self.stats["deleted"] = self.deleter.stats["deleted"]
@@ -271,119 +266,10 @@ class Maintenance:
     def _current(self, lg: PartitionLog) -> bool:
         return lg.state == ACTIVE and self.logs.logs.get((lg.topic, lg.partition)) is lg
 
-    # -- merging --------------------------------------------------------------------------
-    async def merge_partition(self, lg: PartitionLog) -> int:
-        """Merge every eligible run of small segments of ``lg``; returns runs merged."""
-        cfg = self.config
-        now = time.monotonic()
-        tp = (lg.topic, lg.partition)
-        old = self._seen.get(tp, {})
-        seen = {b: old.get(b, now) for b in lg.bases}
-        self._seen[tp] = seen
-        min_age = cfg.merge_min_age_ms / 1000
-        release_age = max(min_age, SHARED_RELEASE_S)
-        runs = plan_merges(
-            lg.segments,
-            lambda s: (
-                now - seen.get(s.base, now) >= min_age
-                and s.last >= lg.log_start
-                and not s.cleaned  # compacted segments are merged by compaction itself
-                and s.base < lg.folded  # in a cycle key still: merged once folded
-            ),
-            cfg.merge_small_bytes,
-            cfg.merge_max_bytes,
-            cfg.merge_min_segments,
-            max(2, self.logs.meta.max_txn_ops - 1),
-            # a shared range with no neighbours to merge with after a minute: copied alone
-            lambda s: s.key.startswith("~") and now - seen.get(s.base, now) >= release_age,
-        )
-        done = 0
-        for run in runs:
-            if await self._merge_run(lg, run):
-                done += 1
-            if not self._current(lg):
-                break
-        return done
-
-    async def _merge_run(self, lg: PartitionLog, run: list[SegmentMeta]) -> bool:
-        logs = self.logs
-        sem = asyncio.Semaphore(self.config.flush_concurrency)
-
-        async def fetch(seg: SegmentMeta) -> bytes:
-            async with sem:
-                return await logs.segment_batches(lg, seg)
-
-        datas = await asyncio.gather(*(fetch(seg) for seg in run))
-        views = [view for data in datas for _pos, _hdr, view in iter_segment_batches(data)]
-        built = build_segment(
-            run[0].base, views, int(time.time() * 1000), self.config.index_interval
-        )
-        if built.last_offset != run[-1].last:
-            raise ValueError(f"merged batches end at {built.last_offset}, not {run[-1].last}")
-        if not self._current(lg):
-            return False
-        name = lg.new_object_name(run[0].base, built.last_offset)
-        key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
-        data = b"".join(built.buffers)
-        etag = await logs.store.put_if_absent(key, [data], crc32c=built.crc32c)  # index inside
-        merged = SegmentMeta(
-            run[0].base,
-            built.last_offset,
-            built.size,
-            built.record_count,
-            built.max_timestamp,
-            etag,
-            name,
-            max(s.created_ms for s in run),
-            version=built.version,
-        )
-        faults.checkpoint("merge.before_commit")
-        if not await self._commit_merge(lg, run, merged):
-            return False
-        logs.cache.put(key, data, parse_index(built.index), etag)
-        if self._current(lg):
-            self.deleter.retire(lg, run)
-        self.stats["merges"] += 1
-        self.stats["merged_segments"] += len(run)
-        log.debug("merged %d segments of %s-%d into %s", len(run), lg.topic, lg.partition, name)
-        return True
-
-    async def _commit_merge(
-        self, lg: PartitionLog, run: list[SegmentMeta], merged: SegmentMeta
-    ) -> bool:
-        """Commit the merge; the merged object is deleted only when it is certain never to
-        be committed and this broker still owns the partition."""
-        logs = self.logs
-        async with logs.committer.lock:
-            ids = {id(s) for s in run}
-            if not self._current(lg) or sum(id(s) in ids for s in lg.segments) != len(run):
-                if self._current(lg):  # our own run changed under us: never sent
-                    await logs.discard(lg, [logs.object_key(lg, merged)])
-                return False
-            t, p = lg.topic, lg.partition
-            entry = seg_entry_key(t, p, merged.base)
-            ops: list[Put | Delete] = [Delete(seg_entry_key(t, p, s.base)) for s in run[1:]]
-            ops.append(Put(entry, merged.to_json()))
-            res = await logs.committer.commit([lg], ops, {entry: merged.to_json()}, moves_end=False)
-            if res.outcome is Outcome.COMMITTED:
-                first = run[0]
-                lg.set_segments(
-                    [
-                        merged if s is first else s
-                        for s in lg.segments
-                        if s is first or id(s) not in ids
-                    ]
-                )
-                if res.fenced:
-                    logs.drop(lg, "fenced after its merge committed")
-                return True
-            if res.outcome is Outcome.UNKNOWN:
-                logs.drop(lg, "a merge commit has an unknown outcome")
-            elif res.fenced or not res.resolved:
-                logs.drop(lg, "fenced (merge)")
-            else:
-                await logs.discard(lg, [logs.object_key(lg, merged)])
-            return False
+    async def merge_partition(self, lg: PartitionLog, now: float | None = None) -> int:
+        """Merge every eligible run of small segments of ``lg`` now (``broker.merging``);
+        returns the runs merged."""
+        return await self.merger.merge_partition(lg, now)
 
     # -- head truncation: retention and DeleteRecords ---------------------------------------
     async def apply_retention(self, lg: PartitionLog, now_ms: int | None = None) -> int:

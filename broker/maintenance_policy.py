@@ -51,6 +51,32 @@ def plan_merges(
     return runs
 
 
+def next_merge_look(
+    segments: Sequence[SegmentMeta],
+    seen: Mapping[int, float],
+    now: float,
+    small_bytes: int,
+    min_age: float,
+    release_age: float,
+) -> float:
+    """When ``plan_merges`` may next answer otherwise for segments that stay as they are:
+    the first time after ``now`` that a small segment becomes old enough to merge
+    (``seen``: when each base was first seen, + ``min_age``), or a shared range old enough
+    to release (+ ``release_age``); infinity when no such time is ahead. Until then, a
+    partition whose segments, log start and folded end did not change is not planned again
+    (``Maintenance.merge_partition``)."""
+    first = float("inf")
+    for seg in segments:
+        if seg.size >= small_bytes:
+            continue
+        since = seen.get(seg.base, now)
+        for age in (min_age, release_age) if seg.key.startswith("~") else (min_age,):
+            due = since + age
+            if now < due < first:
+                first = due
+    return first
+
+
 def retention_of(configs: Mapping[str, str], _config: object = None) -> tuple[int, int] | None:
     """A topic's (``retention.ms``, ``retention.bytes``); None when its cleanup policy does
     not delete (``TopicManager.derived`` calls this once per version of the topic)."""

@@ -153,6 +153,11 @@ MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
         "maintenance_expired_producer_ids",
         "Idempotent producers forgotten by a partition after --producer-id-expiration-ms idle.",
     ),
+    "merge_plans": (
+        "maintenance_merge_plans",
+        "Partitions looked at for small segments to merge (one with no change since its "
+        "last look and no segment come of age is skipped).",
+    ),
 }
 
 

@@ -82,6 +82,7 @@ class PartitionLog:
         "owner_reg",
         "folded",
         "unfolded",
+        "changes",
     )
 
     def __init__(
@@ -133,6 +134,9 @@ class PartitionLog:
         # keys and not folded yet, each with its cycle key (in offset order)
         self.folded = next_offset
         self.unfolded: list[tuple[SegmentMeta, str]] = []
+        # counts the changes of ``segments`` (a commit appends, a merge or a truncation
+        # swaps the list): maintenance skips a partition none happened to since its last look
+        self.changes = 0
 
     def new_object_name(self, base: int, last: int) -> str:
         """A writer-unique object name for a segment this owner writes (docs/format.md)."""
@@ -206,6 +210,7 @@ class PartitionLog:
     def _append_committed(self, seg: SegmentMeta, pend: list[PendingBatch]) -> None:
         self.segments.append(seg)
         self.bases.append(seg.base)
+        self.changes += 1
         self.hw = seg.last + 1
         for p in pend:
             if not p.future.done():
@@ -217,6 +222,7 @@ class PartitionLog:
         an in-place edit: readers iterating the old one keep a consistent snapshot."""
         self.segments = segments
         self.bases = [s.base for s in segments]
+        self.changes += 1
         if log_start is not None:
             self.log_start = log_start
 

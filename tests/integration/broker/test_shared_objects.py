@@ -399,7 +399,7 @@ async def test_an_idle_partitions_lone_range_is_copied_out(
     maint = b.logs.maintenance
     assert maint is not None
     assert [await maint.merge_partition(lg) for lg in logs] == [0] * PARTITIONS  # too young
-    monkeypatch.setattr("broker.maintenance.SHARED_RELEASE_S", 0.0)
+    monkeypatch.setattr("broker.merging.SHARED_RELEASE_S", 0.0)
     assert [await maint.merge_partition(lg) for lg in logs] == [1] * PARTITIONS
     assert not any(lg.segments[0].key.startswith("~") for lg in logs)
     assert await sweep(b, 3600) == [key]

@@ -3,7 +3,7 @@ retention victims."""
 
 from __future__ import annotations
 
-from broker.maintenance_policy import plan_merges, retention_victims
+from broker.maintenance_policy import next_merge_look, plan_merges, retention_victims
 from broker.partition import SegmentMeta
 
 
@@ -60,3 +60,20 @@ def test_plan_merges_releases_a_lone_shared_range() -> None:
 
     assert plan(False) == []
     assert plan(True) == [[10]]  # the lone plain segment at 30 still waits
+
+
+def test_next_merge_look_is_the_first_segment_to_come_of_age() -> None:
+    shared = SegmentMeta(20, 29, 100, 10, 0, "e", "~0-ab-000000000001.kfm#8+100")
+    segs = [seg(0, 9, size=5000), seg(10, 19), shared]
+    seen = {0: 0.0, 10: 5.0, 20: 7.0}
+
+    def look(now: float) -> float:
+        return next_merge_look(segs, seen, now, 1000, 2.0, 60.0)
+
+    # the big segment never counts; 10 comes of age at 7, the shared range at 9 and 67
+    assert look(6.0) == 7.0
+    assert look(7.0) == 9.0  # 10 is of age now: the next time ahead is the shared range's
+    assert look(9.0) == 67.0  # ... then its release
+    assert look(67.0) == float("inf")  # nothing is ahead: only a change brings a new look
+    # a base not seen yet is seen now: it comes of age min_age from now
+    assert next_merge_look([seg(40, 49)], {}, 100.0, 1000, 2.0, 60.0) == 102.0
