@@ -35,6 +35,7 @@ import struct
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str  # json.dumps of one str
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote, unquote
@@ -277,10 +278,10 @@ class SegmentMeta:
             self.size,
             self.records,
             self.max_ts,
-            json.dumps(self.etag).encode(),
+            _json_str(self.etag).encode(),
         )
         if self.key:
-            out += b',"key":%s' % json.dumps(self.key).encode()
+            out += b',"key":%s' % _json_str(self.key).encode()
         if self.created_ms >= 0:
             out += b',"created":%d' % self.created_ms
         if self.cleaned:
