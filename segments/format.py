@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 
 from protocol.batch import (
     BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
     CRC_START,
+    LOG_OVERHEAD,
     BatchHeader,
     crc32c,
     read_header,
@@ -169,6 +171,11 @@ class BuiltSegment:
 # ---------------------------------------------------------------------------- writer
 
 
+# a batch header's fields as ``_frame`` reads them ("x" skips a byte: the partition leader
+# epoch, the base timestamp, the producer id, epoch and base sequence are not read)
+_BATCH_HEADER = struct.Struct(">qi4xbIhi8xq8x2x4xi")
+
+
 def _dominant_compression(weights: dict[int, int]) -> int:
     """The codec of most bytes (the lowest on a tie); 0 for none."""
     if len(weights) <= 1:
@@ -207,38 +214,52 @@ def _frame(
     batch_crcs: Sequence[int] | None,
 ) -> _Body:
     """Check the batches' framing and offsets, index them and CRC the body (combined
-    from ``batch_crcs`` for batches of at least ``COMBINE_MIN`` bytes)."""
+    from ``batch_crcs`` for batches of at least ``COMBINE_MIN`` bytes).
+
+    The headers are unpacked as tuples, not ``BatchHeader`` objects: this runs for every
+    batch of every flush (docs/benchmarks.md, "Round 16")."""
     if batch_crcs is not None and len(batch_crcs) != len(batches):
         raise ValueError(f"{len(batch_crcs)} batch CRCs for {len(batches)} batches")
-    out = _Body(next_offset=base_offset)
+    unpack = _BATCH_HEADER.unpack_from
+    entries: list[IndexEntry] = []
+    weights: dict[int, int] = {}
+    crc = records = 0
+    max_ts = -1
+    end = HEADER_SIZE
     expected = base_offset
     since_index = 0
     for i, view in enumerate(batches):
-        hdr = read_header(view)
-        if hdr.magic != 2 or hdr.size != len(view):
+        if len(view) < BATCH_HEADER_SIZE:
             raise ValueError(f"batch {i} is not exactly one v2 record batch")
-        if hdr.base_offset < expected if compacted else hdr.base_offset != expected:
+        # baseOffset, batchLength, magic, crc, attributes, lastOffsetDelta, maxTimestamp,
+        # recordCount (protocol.batch._HDR, the fields not needed here skipped)
+        first, length, magic, stored, attrs, delta, ts, count = unpack(view)
+        size = length + LOG_OVERHEAD
+        if magic != 2 or size != len(view):
+            raise ValueError(f"batch {i} is not exactly one v2 record batch")
+        if first < expected if compacted else first != expected:
             raise ValueError(
-                f"batch {i} has base offset {hdr.base_offset}, expected {expected} (not contiguous)"
+                f"batch {i} has base offset {first}, expected {expected} (not contiguous)"
             )
         if i == 0 or since_index >= index_interval:
-            out.entries.append(IndexEntry(hdr.base_offset, out.end))
+            entries.append(IndexEntry(first, end))
             since_index = 0
-        if batch_crcs is not None and hdr.size >= COMBINE_MIN:
-            if batch_crcs[i] != hdr.crc:
+        if batch_crcs is not None and size >= COMBINE_MIN:
+            if batch_crcs[i] != stored:
                 raise ValueError(f"batch {i}: the CRC given is not the batch's stored CRC")
-            prefix = crc32c(view[:CRC_START], out.crc)  # baseOffset .. crc: patched here
-            out.crc = crc32c_combine(prefix, hdr.crc, hdr.size - CRC_START)
+            prefix = crc32c(view[:CRC_START], crc)  # baseOffset .. crc: patched here
+            crc = crc32c_combine(prefix, stored, size - CRC_START)
         else:
-            out.crc = crc32c(view, out.crc)
-        out.records += hdr.record_count
-        since_index += hdr.record_count
-        out.weights[hdr.compression] = out.weights.get(hdr.compression, 0) + hdr.size
-        out.max_timestamp = max(out.max_timestamp, hdr.max_timestamp)
-        out.end += hdr.size
-        expected = hdr.last_offset + 1
-    out.next_offset = expected
-    return out
+            crc = crc32c(view, crc)
+        records += count
+        since_index += count
+        codec = attrs & COMPRESSION_MASK
+        weights[codec] = weights.get(codec, 0) + size
+        if ts > max_ts:
+            max_ts = ts
+        end += size
+        expected = first + delta + 1
+    return _Body(crc, end, records, max_ts, expected, entries, weights)
 
 
 def build_segment(
