@@ -63,8 +63,8 @@ def next_merge_look(
     the first time after ``now`` that a small segment becomes old enough to merge
     (``seen``: when each base was first seen, + ``min_age``), or a shared range old enough
     to release (+ ``release_age``); infinity when no such time is ahead. Until then, a
-    partition whose segments, log start and folded end did not change is not planned again
-    (``Maintenance.merge_partition``)."""
+    partition whose segments, log start, folded end and merge settings did not change is
+    not planned again (``broker.merging.Merger.merge_partition``)."""
     first = float("inf")
     for seg in segments:
         if seg.size >= small_bytes:
