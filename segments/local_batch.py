@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import crc32c as _crc32c
 
 from segments.local_files import TMP_MARKER, TmpObject, crc_etag
+from segments.offload import to_thread
 from segments.store import ObjectExistsError, PutItem, StoreError
 
 try:  # the phases without the GIL (segments/_localio.c); optional
@@ -121,20 +122,17 @@ async def _group(store: LocalStore, items: Sequence[PutItem]) -> list[Result]:
     parts: list[Written] = []  # every temp file written: closed and removed at the end
     try:
         if native:
-            parts = [await asyncio.to_thread(_write_native, store, items, results)]
+            parts = [await to_thread(_write_native, store, items, results)]
         else:
             parts = list(
                 await asyncio.gather(
-                    *(
-                        asyncio.to_thread(_write, store, items, r, results)
-                        for r in _chunks(len(items))
-                    )
+                    *(to_thread(_write, store, items, r, results) for r in _chunks(len(items)))
                 )
             )
         if not await _barrier(root, parts, results, "objects not written"):
             return results
         link = _link_native if native else _link
-        linked = list(await asyncio.gather(*(asyncio.to_thread(link, p, results) for p in parts)))
+        linked = list(await asyncio.gather(*(to_thread(link, p, results) for p in parts)))
         if not await _barrier(root, linked, results, "names not durable"):
             return results
         for part in linked:
@@ -143,7 +141,7 @@ async def _group(store: LocalStore, items: Sequence[PutItem]) -> list[Result]:
                 results[i] = obj.etag
         return results
     finally:
-        await asyncio.to_thread(_close_native if native else _close, store, parts, root)
+        await to_thread(_close_native if native else _close, store, parts, root)
 
 
 def _write_native(store: LocalStore, items: Sequence[PutItem], results: list[Result]) -> Written:
@@ -215,7 +213,7 @@ def _close_native(store: LocalStore, parts: list[Written], root: int) -> None:
 async def _barrier(root: int, parts: list[Written], results: list[Result], what: str) -> bool:
     """One syncfs; when it fails every object of ``parts`` fails (False)."""
     try:
-        await asyncio.to_thread(_syncfs, root)
+        await to_thread(_syncfs, root)
         return True
     except OSError as exc:
         n = sum(len(p) for p in parts)

@@ -49,7 +49,6 @@ once on first need (and the attribute written when possible).
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import mmap
@@ -76,6 +75,7 @@ from segments.local_files import (
     fsync_dir,
     unjournaled_ext4,
 )
+from segments.offload import to_thread
 from segments.shared import is_range_key, resolve, translate
 from segments.store import (
     Buffer,
@@ -333,7 +333,7 @@ class LocalStore:
         if is_range_key(key):
             raise StoreError(f"put {key}: a range of a shared object cannot be written")
         try:
-            return await asyncio.to_thread(self._put_sync, key, data, crc32c)
+            return await to_thread(self._put_sync, key, data, crc32c)
         except OSError as exc:
             raise StoreError(f"put {key}: {exc}") from exc
 
@@ -365,7 +365,7 @@ class LocalStore:
         try:
             if small:
                 return self._get_sync(key, start, end, if_match)
-            return await asyncio.to_thread(self._get_sync, key, start, end, if_match)
+            return await to_thread(self._get_sync, key, start, end, if_match)
         except OSError as exc:
             raise StoreError(f"get {key}: {exc}") from exc
 
@@ -384,7 +384,7 @@ class LocalStore:
         if start is not None and end is not None and end - start < MAP_MIN:
             return await self.get(key, start, end, if_match)
         try:
-            return await asyncio.to_thread(self._map_sync, key, start, end, if_match)
+            return await to_thread(self._map_sync, key, start, end, if_match)
         except OSError as exc:
             raise StoreError(f"get {key}: {exc}") from exc
 
@@ -409,7 +409,7 @@ class LocalStore:
         try:
             if self._etag_known(key):
                 return self._head_sync(key)
-            return await asyncio.to_thread(self._head_sync, key)
+            return await to_thread(self._head_sync, key)
         except OSError as exc:
             raise StoreError(f"head {key}: {exc}") from exc
 
@@ -428,7 +428,7 @@ class LocalStore:
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
         try:
-            return await asyncio.to_thread(self._list_sync, prefix)
+            return await to_thread(self._list_sync, prefix)
         except OSError as exc:
             raise StoreError(f"list {prefix}: {exc}") from exc
 

@@ -16,7 +16,6 @@ returns ``None`` and the caller falls back to the SDK path, with its retries and
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import http.client
@@ -25,9 +24,10 @@ import mmap
 import socket
 import ssl
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from segments.offload import Offloader
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class DirectHTTP:
     (shared by the direct GETs here and the direct PUTs, segments/s3_direct_put.py)."""
 
     def __init__(self, ca_bundle: str | None, threads: int, name: str) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self._pool = Offloader(threads, name)
         self._local = threading.local()
         self._ca_bundle = ca_bundle
         self._ssl: ssl.SSLContext | None = None
@@ -137,7 +137,7 @@ class DirectHTTP:
         return self._ssl
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
         with self._lock:
             conns, self._conns = self._conns, []
         for conn in conns:  # a GET still reading returns at once (an error, dropped)
@@ -162,9 +162,8 @@ class DirectGetter(DirectHTTP):
         GET must return (a 200 with the whole object instead is refused); ``into``: read
         the body into this buffer (of ``expect`` bytes) instead of a new one. None: use the
         SDK path."""
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, self._get, url, headers, expect, into)
+            return await self._pool.run(self._get, url, headers, expect, into)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             log.debug("direct GET failed, falling back to the SDK: %s", exc)
             return None

@@ -27,7 +27,6 @@ the SDK path, with its retries and its error mapping.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import http.client
 import logging
@@ -79,9 +78,8 @@ class DirectPutter(DirectHTTP):
         """PUT the concatenation of ``data`` at ``url`` (the object's URL, no query) if
         absent, signed by ``auth`` (botocore's ``S3SigV4QueryAuth``), with ``crc`` (its
         CRC-32C; None: computed here) as its checksum. None: use the SDK."""
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, self._put, url, auth, data, crc)
+            return await self._pool.run(self._put, url, auth, data, crc)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             log.debug("direct PUT failed, falling back to the SDK: %s", exc)
             return None

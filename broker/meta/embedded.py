@@ -42,7 +42,6 @@ import collections
 import logging
 import secrets
 from collections.abc import AsyncGenerator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from broker.meta import wal
@@ -60,6 +59,7 @@ from broker.meta.base import (
 )
 from broker.meta.durable import MetaDir
 from broker.meta.keyspace import Keyspace, Lease
+from segments.offload import Offloader
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class EmbeddedStore:
         # serializes writes: the compare, the durable append (in a thread) and the apply
         self._write_lock = asyncio.Lock()
         self._queue: collections.deque[_Txn] = collections.deque()  # waiting for the lock
-        self._disk: ThreadPoolExecutor | None = None  # the log's appends, one at a time
+        self._disk: Offloader | None = None  # the log's appends, one at a time
         self._expiring: set[asyncio.Task[None]] = set()
         self._compacting: asyncio.Future[None] | None = None  # a snapshot on its way
         if read_only:
@@ -147,8 +147,8 @@ class EmbeddedStore:
         is cancelled meanwhile (a write that goes on must be finished and applied);
         returns whether it was. Raises ``fn``'s own error."""
         if self._disk is None:
-            self._disk = ThreadPoolExecutor(1, thread_name_prefix="meta-log")
-        fut = asyncio.get_running_loop().run_in_executor(self._disk, fn, *args)
+            self._disk = Offloader(1, "meta-log")
+        fut = self._disk.run(fn, *args)
         cancelled = False
         while True:
             try:
@@ -409,4 +409,4 @@ class EmbeddedStore:
         if self._compacting is not None:  # it finds the store closed and writes nothing
             await self._compacting
         if self._disk is not None:
-            self._disk.shutdown(wait=False)
+            self._disk.close()
