@@ -37,9 +37,9 @@ from protocol.errors import ErrorCode
 from segments.format import (
     BuiltSegment,
     build_segment,
-    parse_index,
     partition_prefix,
 )
+from segments.offload import to_thread
 from segments.shared import is_range_key
 from segments.store import PutItem, put_all
 
@@ -313,7 +313,7 @@ class Flusher:
                 out.append(Built(seg, b"".join(seg.buffers), "", ""))
         if large:
             joined = await asyncio.gather(
-                *(asyncio.to_thread(b"".join, seg.buffers) for _i, seg in large),
+                *(to_thread(b"".join, seg.buffers) for _i, seg in large),
                 return_exceptions=True,
             )
             for (i, seg), data in zip(large, joined, strict=True):
@@ -334,7 +334,7 @@ class Flusher:
     ) -> SegmentMeta:
         """A segment written: into the tail cache, counted, and described for its commit."""
         built = b.segment
-        self.logs.cache.put(b.key, b.data, parse_index(built.index), etag)
+        self.logs.cache.put(b.key, b.data, built.entries, etag)
         self.stats["segments"] += 1
         self.stats["segment_bytes"] += built.size
         self.logs.metrics.segment_written(lg.topic, built.size, built.record_count, pend)

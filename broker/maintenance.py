@@ -89,6 +89,7 @@ class Maintenance:
         self.stats = {
             "merges": 0,
             "merged_segments": 0,
+            "merged_bytes": 0,
             "dropped_segments": 0,
             "deleted": 0,
             "failures": 0,

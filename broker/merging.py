@@ -25,7 +25,7 @@ from broker.maintenance_policy import next_merge_look, plan_merges
 from broker.meta.base import Delete, Put
 from broker.meta.schema import seg_entry_key
 from broker.partition import PartitionLog, SegmentMeta
-from segments.format import build_segment, iter_segment_batches, parse_index, partition_prefix
+from segments.format import build_segment, iter_batch_frames, partition_prefix
 
 if TYPE_CHECKING:
     from broker.logs import LogManager
@@ -124,7 +124,7 @@ class Merger:
                 return await logs.segment_batches(lg, seg)
 
         datas = await asyncio.gather(*(fetch(seg) for seg in run))
-        views = [view for data in datas for _pos, _hdr, view in iter_segment_batches(data)]
+        views = [view for data in datas for _pos, _first, view in iter_batch_frames(data)]
         built = build_segment(
             run[0].base, views, int(time.time() * 1000), self.config.index_interval
         )
@@ -150,11 +150,12 @@ class Merger:
         faults.checkpoint("merge.before_commit")
         if not await self._commit_merge(lg, run, merged):
             return False
-        logs.cache.put(key, data, parse_index(built.index), etag)
+        logs.cache.put(key, data, built.entries, etag)
         if self._current(lg):
             self.deleter.retire(lg, run)
         self.stats["merges"] += 1
         self.stats["merged_segments"] += len(run)
+        self.stats["merged_bytes"] += built.size
         log.debug("merged %d segments of %s-%d into %s", len(run), lg.topic, lg.partition, name)
         return True
 

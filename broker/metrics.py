@@ -133,6 +133,11 @@ MAINTENANCE_COUNTERS: dict[str, tuple[str, str]] = {
         "maintenance_merged_segments",
         "Small segments replaced by merged segments.",
     ),
+    "merged_bytes": (
+        "maintenance_merged_bytes",
+        "Bytes of the segments merges wrote (against kafscale_topic_bytes_in_total: how "
+        "often merges rewrite what was produced).",
+    ),
     "dropped_segments": (
         "maintenance_dropped_segments",
         "Segments dropped from manifests by retention or DeleteRecords.",

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from broker.meta.schema import SegmentMeta
 from segments.cache import SegmentCache
-from segments.format import CorruptSegmentError, IndexEntry, iter_segment_batches
+from segments.format import CorruptSegmentError, IndexEntry, iter_batch_frames
+from segments.offload import to_thread
 from segments.store import Buffer, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ class SegmentLoader:
                     *(get(piece.key, a, b, etag) for a, b in ranges(lo, hi, PART))
                 )
                 if sum(len(p) for p in parts) == hi - lo:  # joined off the loop (GIL dropped)
-                    data = await asyncio.to_thread(b"".join, parts)
+                    data = await to_thread(b"".join, parts)
         if data is None:
             data = await (
                 get(piece.key, None, None, etag) if whole else get(piece.key, lo, hi, etag)
@@ -179,9 +180,9 @@ def sparse_index(data: Buffer, every: int = INDEX_EVERY) -> list[IndexEntry] | N
     out: list[IndexEntry] = []
     last = -every
     try:
-        for pos, hdr, _view in iter_segment_batches(data):
+        for pos, first, _view in iter_batch_frames(data):
             if pos - last >= every:
-                out.append(IndexEntry(hdr.base_offset, pos))
+                out.append(IndexEntry(first, pos))
                 last = pos
     except CorruptSegmentError:
         return None

@@ -156,6 +156,9 @@ class BuiltSegment:
     # header, the batch views themselves (zero-copy), the index trailer (version 2), footer
     buffers: list[Buffer]
     index: bytes  # the sparse index (inside the object in version 2, beside it in 1)
+    # the same index as entries (``parse_index(index)``), for the segment cache: a flush
+    # or a merge caches what it built without parsing the bytes it just packed
+    entries: list[IndexEntry]
     base_offset: int
     last_offset: int
     record_count: int
@@ -323,6 +326,7 @@ def build_segment(
     return BuiltSegment(
         buffers=buffers,
         index=index,
+        entries=body.entries,
         base_offset=base_offset,
         last_offset=last_offset,
         record_count=body.records,
@@ -454,3 +458,31 @@ def iter_segment_batches(data: Buffer) -> Iterator[tuple[int, BatchHeader, memor
             )
         yield pos, hdr, view[pos : pos + hdr.size]
         pos += hdr.size
+
+
+# a batch's baseOffset, batchLength and magic ("x" skips the partition leader epoch)
+_BATCH_FRAME = struct.Struct(">qi4xb")
+
+
+def iter_batch_frames(data: Buffer) -> Iterator[tuple[int, int, memoryview]]:
+    """Yield (position in the segment, base offset, batch view) for each batch of the
+    body: ``iter_segment_batches`` without a ``BatchHeader`` per batch, for the walks
+    that read nothing else (merges, the segment cache's sparse index). The same checks,
+    the same CorruptSegmentError messages."""
+    view = memoryview(data)
+    end = body_end(view)
+    unpack = _BATCH_FRAME.unpack_from
+    pos = HEADER_SIZE
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
+            raise CorruptSegmentError(f"truncated batch header at byte {pos}")
+        first, length, magic = unpack(view, pos)
+        if magic != 2:
+            raise CorruptSegmentError(f"batch at byte {pos} has magic {magic}, want 2")
+        size = length + LOG_OVERHEAD
+        if size < BATCH_HEADER_SIZE or pos + size > end:
+            raise CorruptSegmentError(
+                f"batch at byte {pos} has length {size} past the end of the body ({end})"
+            )
+        yield pos, first, view[pos : pos + size]
+        pos += size

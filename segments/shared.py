@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from protocol.values import value
 from segments.names import DEFAULT_NAMESPACE
 from segments.store import StoreError
 
@@ -41,7 +41,7 @@ class RangeKeyError(StoreError, ValueError):
     unreadable object, so that a request fails retriably instead of with a traceback."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SharedRange:
     """One partition's segment inside a shared object."""
 

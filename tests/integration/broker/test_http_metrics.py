@@ -107,6 +107,7 @@ def test_metrics_scrape(http_broker: tuple[BrokerProcess, int]) -> None:
         time.sleep(0.2)
     assert m["kafscale_maintenance_merges_total"][2] >= 1, m
     assert m["kafscale_maintenance_merged_segments_total"][2] >= 2, m
+    assert m["kafscale_maintenance_merged_bytes_total"][2] > 0, m
     assert m["kafscale_maintenance_deleted_objects_total"][2] >= 1, m
     assert m["kafscale_maintenance_dropped_segments_total"][2] == 0, m
     assert "Traceback" not in b.log_text()

@@ -73,7 +73,13 @@ def _scrape(registry: CollectorRegistry) -> dict[str, tuple[str, str, float]]:
 
 def test_every_figure_is_exported_with_help_and_type() -> None:
     maintenance = SimpleNamespace(
-        stats={"merges": 2, "merged_segments": 9, "dropped_segments": 4, "deleted": 11},
+        stats={
+            "merges": 2,
+            "merged_segments": 9,
+            "merged_bytes": 5120,
+            "dropped_segments": 4,
+            "deleted": 11,
+        },  # fmt: skip
         deleter=SimpleNamespace(stats={"deleted": 11, "swept": 6}),
     )
     got = _scrape(broker_registry(cast(Any, _fake_broker(maintenance))))
@@ -116,6 +122,7 @@ def test_every_figure_is_exported_with_help_and_type() -> None:
         "kafscale_cycle_aborted_total": ("counter", 1),
         "kafscale_maintenance_merges_total": ("counter", 2),
         "kafscale_maintenance_merged_segments_total": ("counter", 9),
+        "kafscale_maintenance_merged_bytes_total": ("counter", 5120),
         "kafscale_maintenance_dropped_segments_total": ("counter", 4),
         "kafscale_maintenance_deleted_objects_total": ("counter", 11),
     }
