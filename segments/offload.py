@@ -25,6 +25,7 @@ import asyncio
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -44,6 +45,34 @@ def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) ->
         fut.set_exception(exc)
 
 
+def _serve(q: queue.SimpleQueue[_Item | None]) -> None:
+    """A worker thread: run what comes from ``q`` until a None. It holds the queue, not
+    the ``Offloader``, so that an offloader nobody closed can still be collected (its
+    finalizer then stops its threads)."""
+    while True:
+        item = q.get()
+        if item is None:
+            return
+        loop, fut, fn, args = item
+        del item
+        if fut.cancelled():  # its awaiter was cancelled before it started
+            continue
+        try:
+            result, exc = fn(*args), None
+        except BaseException as e:  # handed to the awaiter, as to_thread does
+            result, exc = None, e
+        try:
+            loop.call_soon_threadsafe(_settle, fut, result, exc)
+        except RuntimeError:  # the loop is closed: nobody awaits it any more
+            pass
+        del fut, fn, args, result, exc
+
+
+def _stop(q: queue.SimpleQueue[_Item | None], threads: int) -> None:
+    for _ in range(threads):
+        q.put(None)
+
+
 class Offloader:
     """``threads`` worker threads named ``name-N``, started at the first ``run``."""
 
@@ -56,6 +85,7 @@ class Offloader:
         self._pid = 0  # the process whose threads serve the queue
         self._lock = threading.Lock()
         self._closed = False
+        self._stop: weakref.finalize[..., Offloader] | None = None
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """``fn(*args)`` in one of the threads; a future of the running loop for its
@@ -76,28 +106,11 @@ class Offloader:
             if self._pid:  # a forked child: the parent's threads are not here
                 self._queue = queue.SimpleQueue()
             for i in range(self.threads):
-                t = threading.Thread(target=self._serve, name=f"{self.name}-{i}", daemon=True)
-                t.start()
+                threading.Thread(
+                    target=_serve, args=(self._queue,), name=f"{self.name}-{i}", daemon=True
+                ).start()
             self._pid = os.getpid()
-
-    def _serve(self) -> None:
-        get = self._queue.get
-        while True:
-            item = get()
-            if item is None:
-                return
-            loop, fut, fn, args = item
-            if fut.cancelled():  # its awaiter was cancelled before it started
-                continue
-            try:
-                result, exc = fn(*args), None
-            except BaseException as e:  # handed to the awaiter, as to_thread does
-                result, exc = None, e
-            try:
-                loop.call_soon_threadsafe(_settle, fut, result, exc)
-            except RuntimeError:  # the loop is closed: nobody awaits it any more
-                pass
-            del item, fut, result, exc
+            self._stop = weakref.finalize(self, _stop, self._queue, self.threads)
 
     def close(self) -> None:
         """Cancel the calls not started yet and stop the threads (a call running ends
@@ -114,9 +127,8 @@ class Offloader:
                     loop.call_soon_threadsafe(fut.cancel)
                 except RuntimeError:
                     pass
-        if self._pid == os.getpid():
-            for _ in range(self.threads):
-                self._queue.put(None)
+        if self._stop is not None and self._pid == os.getpid():
+            self._stop()  # once: a finalizer runs at most once
 
 
 #: the stores' and the broker's blocking calls (file I/O, joins of large buffers): as

@@ -4,6 +4,7 @@ event loop, with asyncio.to_thread's semantics for results, errors and cancellat
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import pytest
@@ -107,3 +108,16 @@ async def _twice(off: Offloader, i: int) -> int:
 def test_an_offloader_needs_a_thread() -> None:
     with pytest.raises(ValueError):
         Offloader(0, "none")
+
+
+async def test_an_offloader_nobody_closed_stops_its_threads_when_collected() -> None:
+    off = Offloader(2, "t-collected")
+    assert await off.run(int, "3") == 3
+    names = {t.name for t in threading.enumerate() if t.name.startswith("t-collected-")}
+    assert len(names) == 2
+    del off
+    gc.collect()  # the finalizer puts a stop for each thread
+    for t in threading.enumerate():
+        if t.name.startswith("t-collected-"):
+            await asyncio.to_thread(t.join, 60)
+    assert not [t for t in threading.enumerate() if t.name.startswith("t-collected-")]
