@@ -3,17 +3,20 @@
 
     python -m bench.merge_rewrites [--partitions 200] [--rate 4000] [--seconds 60]
                                    [--rounds 2] [--base-tree DIR] [--layout default]
+                                   [--store local]
 
-Per trial a fresh broker (local store, embedded metadata; ``--layout cycles``: shared
-objects and cycle keys, ``bench.broker_targets.CYCLE_ARGS``) gets a topic of
+Per trial a fresh broker (local store, embedded metadata; ``--store s3``: a fresh
+SeaweedFS and a bucket of its own; ``--layout cycles``: shared objects and cycle keys,
+``bench.broker_targets.CYCLE_ARGS``) gets a topic of
 ``--partitions`` partitions, and one confluent-kafka producer (acks=all, idempotent)
 writes ``--rate`` x 1 KiB messages a second round-robin over them for ``--seconds``:
 each partition receives ``rate / partitions`` KiB/s, a segment per flush cycle, and the
 merges rewrite them. After the produce the broker is left until it is idle (its merges
 done, at most 30 s). Printed per trial: MB/s, the produce p99, the broker's CPU per MB
 produced and the bytes it wrote to the disk per byte produced (``/proc/PID/io``
-``write_bytes``: segments, merges, the metadata log), both counted from the start of the
-produce to the end of the wait, and, where the tree exports it, the bytes merges wrote
+``write_bytes``: segments, merges, the metadata log; on S3 the S3 server's, whose CPU per
+MB is printed too), both counted from the start of the produce to the end of the wait,
+and, where the tree exports it, the bytes merges wrote
 per byte produced (``kafscale_maintenance_merged_bytes_total``). With ``--base-tree``
 another source tree's broker runs the same trials, the two alternating round by round
 (the first tree of a round alternates too); the medians and their ratios close the
@@ -35,6 +38,7 @@ from typing import Any
 from bench.broker_run import create_topics
 from bench.broker_targets import (
     CYCLE_ARGS,
+    S3_VOLUME_MB,
     BrokerLimits,
     Target,
     base_target,
@@ -70,22 +74,33 @@ def merged_bytes(metrics_url: str | None) -> float | None:
 
 
 @contextlib.contextmanager
-def _broker(tree: Path | None, workdir: Path, extra: list[str]) -> Iterator[Target]:
+def _broker(tree: Path | None, workdir: Path, extra: list[str], s3: bool) -> Iterator[Target]:
+    """The broker of ``tree`` (None: this one) on the local store, or on a fresh
+    SeaweedFS (``store_pid`` set) with a bucket of its own."""
     limits = BrokerLimits()
-    if tree is None:
-        with broker_target("local", workdir, None, limits, extra) as t:
-            yield t
-    else:
-        with base_target(workdir, tree, limits, extra) as t:
-            yield t
+    with contextlib.ExitStack() as stack:
+        url, store_pid = None, None
+        if s3:
+            from tests.fixtures.s3 import create_bucket, run_seaweedfs
+
+            endpoint = stack.enter_context(run_seaweedfs(S3_VOLUME_MB))
+            url, store_pid = endpoint.store_url(create_bucket(endpoint), "bench"), endpoint.pid
+        if tree is None:
+            t = stack.enter_context(broker_target("local", workdir, url, limits, extra))
+        else:
+            store = ["--store", url] if url else []
+            t = stack.enter_context(base_target(workdir, tree, limits, [*extra, *store]))
+        t.store_pid = store_pid
+        yield t
 
 
 def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     extra = list(CYCLE_ARGS) if args.layout == "cycles" else []
-    with _broker(tree, workdir, extra) as t:
+    with _broker(tree, workdir, extra, args.store == "s3") as t:
         create_topics(t.bootstrap, ["m"], args.partitions)
         quiesce([t])
-        cpu, wrote = cpu_seconds(t.pid), write_bytes(t.pid)
+        writer = t.store_pid or t.pid  # who writes the objects to disk
+        cpu, wrote, store_cpu = cpu_seconds(t.pid), write_bytes(writer), cpu_seconds(t.store_pid)
         merged0 = merged_bytes(t.metrics_url)
         spec = {"kind": "produce", "bootstrap": t.bootstrap, "topic": "m", "size": MSG,
                 "partitions": args.partitions, "idempotence": True, "rate": args.rate,
@@ -100,7 +115,8 @@ def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[st
             "mb_s": mb / res["seconds"],
             "p99_ms": res["p99_ms"],
             "cpu_ms_mb": (cpu_seconds(t.pid) - cpu) * 1000 / mb,
-            "written_per_byte": (write_bytes(t.pid) - wrote) / res["bytes"],
+            "store_cpu_ms_mb": (cpu_seconds(t.store_pid) - store_cpu) * 1000 / mb,
+            "written_per_byte": (write_bytes(writer) - wrote) / res["bytes"],
             "merged_per_byte": None
             if merged0 is None or merged1 is None
             else (merged1 - merged0) / res["bytes"],
@@ -110,7 +126,9 @@ def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[st
 
 def _fmt(r: dict[str, Any]) -> str:
     merged = "-" if r["merged_per_byte"] is None else f"{r['merged_per_byte']:.2f}"
-    return (f"{r['mb_s']:6.2f} MB/s  p99 {r['p99_ms']:7.1f} ms  CPU {r['cpu_ms_mb']:6.2f} ms/MB  "
+    store = f"S3 server CPU {r['store_cpu_ms_mb']:6.2f} ms/MB  " if r["store_cpu_ms_mb"] else ""
+    return (store + f"{r['mb_s']:6.2f} MB/s  p99 {r['p99_ms']:7.1f} ms  "
+            f"CPU {r['cpu_ms_mb']:6.2f} ms/MB  "
             f"written/produced {r['written_per_byte']:5.2f}  merged/produced {merged}  "
             f"(settled in {r['settle_s']:.1f} s)")  # fmt: skip
 
@@ -123,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--layout", choices=("default", "cycles"), default="default")
+    ap.add_argument("--store", choices=("local", "s3"), default="local")
     ap.add_argument("--base-tree", type=Path, help="another source tree, run alongside")
     args = ap.parse_args(argv)
     trees: list[tuple[str, Path | None]] = [("this tree", None)]
@@ -130,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         trees.append((f"base {args.base_tree}", args.base_tree))
     per_part = args.rate * MSG / args.partitions / 1024
     print(f"{args.partitions} partitions, {args.rate:.0f} msg/s x 1 KiB ({per_part:.1f} KiB/s "
-          f"per partition) for {args.seconds:.0f} s, layout {args.layout}", flush=True)  # fmt: skip
+          f"per partition) for {args.seconds:.0f} s, layout {args.layout}, store {args.store}",
+          flush=True)  # fmt: skip
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
     with tempfile.TemporaryDirectory(prefix="kafscale-merge-rewrites-") as tmp:
         for rnd in range(args.rounds):
@@ -145,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in results.items():
         medians[name] = {
             k: statistics.median(r[k] for r in rows)
-            for k in ("mb_s", "p99_ms", "cpu_ms_mb", "written_per_byte")
+            for k in ("mb_s", "p99_ms", "cpu_ms_mb", "store_cpu_ms_mb", "written_per_byte")
         }
         print(f"median {name:<12} " + "  ".join(f"{k} {v:.2f}" for k, v in medians[name].items()))
     if len(trees) == 2:
