@@ -74,8 +74,9 @@ from ingest_job.task import PROFILE_ENV, parquet_options, read_unit  # noqa: E40
 from protocol import fastrecords  # noqa: E402
 from protocol.compression import Compression  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
-from segments.format import build_segment, segment_key  # noqa: E402
+from segments.format import segment_key
 from segments.store import open_store  # noqa: E402
+from segments.writer import build_segment
 
 SEGMENT_BYTES = 4 * 1024 * 1024
 BATCH_RECORDS = 500

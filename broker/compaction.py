@@ -53,12 +53,9 @@ from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from broker.txn_compaction import aborted_batch, cleanable_below_lso
 from broker.txn_partition import PartitionTxns, state_of
 from protocol.compaction import record_columns
-from segments.format import (
-    build_segment,
-    iter_segment_batches,
-    partition_prefix,
-)
+from segments.format import iter_segment_batches, partition_prefix
 from segments.store import Buffer
+from segments.writer import build_segment
 
 if TYPE_CHECKING:
     from broker.deletion import ObjectDeleter

@@ -34,14 +34,11 @@ from broker.partition import CLOSED, AppendError, PartitionLog, PendingBatch, Se
 from broker.shared_objects import SharedWriter
 from broker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode
-from segments.format import (
-    BuiltSegment,
-    build_segment,
-    partition_prefix,
-)
+from segments.format import BuiltSegment, partition_prefix
 from segments.offload import to_thread
 from segments.shared import is_range_key
 from segments.store import PutItem, put_all
+from segments.writer import build_segment
 
 if TYPE_CHECKING:
     from broker.logs import LogManager

@@ -25,7 +25,8 @@ from broker.maintenance_policy import next_merge_look, plan_merges
 from broker.meta.base import Delete, Put
 from broker.meta.schema import seg_entry_key
 from broker.partition import PartitionLog, SegmentMeta
-from segments.format import build_segment, iter_batch_frames, partition_prefix
+from segments.format import iter_batch_frames, partition_prefix
+from segments.writer import build_segment
 
 if TYPE_CHECKING:
     from broker.logs import LogManager

@@ -158,7 +158,7 @@ class PartitionLog:
 
         ``header.crc`` must have been checked against the batch's bytes by this process
         (produce validation) or computed over them by it (control batches): the flush
-        derives the segment's CRCs from it (``segments.format.build_segment``)."""
+        derives the segment's CRCs from it (``segments.writer.build_segment``)."""
         if self.state != ACTIVE:
             return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         pid, first_seq = header.producer_id, header.base_sequence

@@ -53,14 +53,9 @@ from broker.meta.schema import (
     producers_key,
     topic_key,
 )
-from segments.format import (
-    build_segment,
-    iter_segment_batches,
-    object_name,
-    partition_prefix,
-    segment_key,
-)
+from segments.format import iter_segment_batches, object_name, partition_prefix, segment_key
 from segments.store import ObjectStore, open_store
+from segments.writer import build_segment
 
 LEASE_TTL_S = 60
 

@@ -21,7 +21,8 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from protocol.records import build_batch
-from segments.format import build_segment, parse_object_name, segment_key
+from segments.format import parse_object_name, segment_key
+from segments.writer import build_segment
 from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.integration import kafka_raw as kr
 from tests.integration.backends import make_backend

@@ -230,7 +230,7 @@ def test_producer_last_batch_kept_as_empty_header() -> None:
 
 
 def test_segment_scan_of_compacted_objects_is_ascending() -> None:
-    from segments.format import build_segment
+    from segments.writer import build_segment
 
     b1 = memoryview(build_batch([(b"a", b"1", [])], 3))
     b2 = memoryview(build_batch([(b"b", b"1", [])], 9))

@@ -15,7 +15,6 @@ from protocol.batch import iter_batches
 from protocol.records import decode_batch
 from segments.format import (
     SEGMENT_VERSION,
-    build_segment,
     index_key_for,
     iter_segment_batches,
     parse_object_name,
@@ -23,6 +22,7 @@ from segments.format import (
 )
 from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore
 from segments.validate import validate_segment
+from segments.writer import build_segment
 from tests.unit.broker.maintenance_helpers import (
     TOPIC,
     config,

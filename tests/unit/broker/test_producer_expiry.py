@@ -15,7 +15,7 @@ from broker.producers import ProducerState
 from protocol.batch import read_header
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
-from segments.format import build_segment
+from segments.writer import build_segment
 
 
 def test_producers_idle_since_the_cutoff_are_forgotten_and_accepted_anew() -> None:

@@ -16,7 +16,7 @@ from broker.producer_rebuild import (
     window,
 )
 from protocol.records import build_batch
-from segments.format import build_segment
+from segments.writer import build_segment
 
 
 def _segs(sizes: list[int]) -> list[SegmentMeta]:

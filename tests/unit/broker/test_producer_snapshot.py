@@ -25,7 +25,7 @@ from broker.producer_snapshot import (
 from broker.producers import ProducerState
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
-from segments.format import build_segment
+from segments.writer import build_segment
 
 
 def test_the_codec_round_trips_and_refuses_anything_but_a_whole_snapshot() -> None:

@@ -1,6 +1,6 @@
 """Test data for the ingest job: real KAFS segments in a real store + a real manifest.
 
-Segments are framed with ``segments.format.build_segment`` from batches built with
+Segments are framed with ``segments.writer.build_segment`` from batches built with
 ``protocol.records.build_batch`` and written through the real ``ObjectStore``; manifest
 entries and log ends are written to a real ``MetaStore`` with the broker's key layout.
 """
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from broker.meta.base import MetaStore
 from broker.meta.schema import TopicInfo, topic_key
 from protocol.records import build_batch
-from segments.format import SEGMENT_VERSION, build_segment, index_key_for, segment_key
+from segments.format import SEGMENT_VERSION, index_key_for, segment_key
 from segments.store import Buffer, ObjectStore
+from segments.writer import build_segment
 
 BASE_TS = 1_763_769_600_000  # 2025-11-22T00:00:00Z
 

@@ -38,7 +38,7 @@ from ingest_job.typed import RegistryEntry, TypedSpec, decode_values, typed_tabl
 from protocol.batch import set_base_offset
 from protocol.compression import Compression
 from protocol.records import build_batch
-from segments.format import build_segment
+from segments.writer import build_segment
 from tests.unit.protocol.test_fastrecords import native_not_expected
 
 CODECS = [Compression.NONE, Compression.LZ4, Compression.ZSTD, Compression.GZIP]

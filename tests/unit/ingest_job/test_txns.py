@@ -15,7 +15,8 @@ from ingest_job.model import Destination, TaskSpec
 from ingest_job.task import run_unit
 from protocol.batch import set_base_offset
 from protocol.records import build_batch
-from segments.format import build_segment, segment_key
+from segments.format import segment_key
+from segments.writer import build_segment
 from tests.unit.ingest_job.conftest import KafsEnv
 
 

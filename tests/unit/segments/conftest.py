@@ -12,7 +12,8 @@ with warnings.catch_warnings():  # kafka-python 3.0.12 uses importlib.resources.
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.batch import set_base_offset
-from segments.format import SEGMENT_VERSION, BuiltSegment, build_segment
+from segments.format import SEGMENT_VERSION, BuiltSegment
+from segments.writer import build_segment
 
 BASE_TS = 1_700_000_000_000
 

@@ -18,7 +18,6 @@ from segments.format import (
     IndexEntry,
     base_offset_of_key,
     body_end,
-    build_segment,
     index_key,
     index_key_for,
     index_trailer_length,
@@ -32,6 +31,7 @@ from segments.format import (
     segment_key,
 )
 from segments.validate import validate_segment
+from segments.writer import build_segment
 from tests.unit.segments.conftest import BASE_TS, make_batches, make_segment
 
 

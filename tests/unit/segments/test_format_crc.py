@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from protocol import crc32c_combine
 from protocol.batch import read_header
 from segments import format as fmt
-from segments.format import build_segment, parse_footer
+from segments import writer
+from segments.format import parse_footer
 from segments.validate import validate_segment
+from segments.writer import build_segment
 from tests.unit.segments.conftest import BASE_TS, make_batch
 
 PROPS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
@@ -25,7 +27,7 @@ LARGE = 16 << 10  # the threshold with the C combine; the tests' large batches p
 def combine_from_16k(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same threshold whichever combine is in use (pure Python: 256 KiB, a
     performance choice), so these batches take the combined path either way."""
-    monkeypatch.setattr(fmt, "COMBINE_MIN", LARGE)
+    monkeypatch.setattr(writer, "COMBINE_MIN", LARGE)
 
 
 def batches_of(counts: list[int], value_size: int) -> list[bytearray]:
@@ -76,7 +78,7 @@ def test_large_batches_take_the_combined_path() -> None:
     """Batches past COMBINE_MIN are not hashed: the footer CRC comes from the CRCs given
     (a batch CRC that disagrees with the bytes shows in the footer, below)."""
     batches = batches_of([30, 25, 40], 1500)
-    assert all(len(b) >= fmt.COMBINE_MIN for b in batches)
+    assert all(len(b) >= writer.COMBINE_MIN for b in batches)
     built, data = build(batches, True)
     assert built.crc32c == crc_pkg.crc32c(data)
     assert validate_segment(data).ok
@@ -121,8 +123,8 @@ def test_a_crc_that_is_not_the_stored_one_is_refused() -> None:
 def test_pure_python_combination(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fallback without the C extension gives the same segment (every batch
     combined, whatever its size)."""
-    monkeypatch.setattr(fmt, "crc32c_combine", crc32c_combine.combine_python)
-    monkeypatch.setattr(fmt, "COMBINE_MIN", 0)
+    monkeypatch.setattr(writer, "crc32c_combine", crc32c_combine.combine_python)
+    monkeypatch.setattr(writer, "COMBINE_MIN", 0)
     batches = batches_of([3, 30, 1], 200)
     direct, direct_bytes = build(batches, False)
     combined, combined_bytes = build(batches, True)

@@ -1,4 +1,4 @@
-"""``segments.format._frame`` reads batch headers as tuples (round 16): it must learn
+"""``segments.writer._frame`` reads batch headers as tuples (round 16): it must learn
 exactly what the ``BatchHeader``-based walk it replaced learned, and refuse exactly what
 that refused, with the same message. The reference below is that walk, kept verbatim."""
 
@@ -12,7 +12,8 @@ import pytest
 from protocol.batch import CRC_START, crc32c, read_header
 from protocol.crc32c_combine import crc32c_combine
 from protocol.records import Compression, build_batch
-from segments.format import COMBINE_MIN, IndexEntry, _Body, _frame
+from segments.format import COMBINE_MIN, IndexEntry
+from segments.writer import _Body, _frame
 
 
 def _reference(

@@ -13,11 +13,11 @@ from protocol.records import Compression, build_batch
 from segments.format import (
     HEADER_SIZE,
     CorruptSegmentError,
-    build_segment,
     iter_batch_frames,
     iter_segment_batches,
     parse_index,
 )
+from segments.writer import build_segment
 
 
 def _segment(rng: random.Random) -> bytes:

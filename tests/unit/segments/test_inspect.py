@@ -86,7 +86,7 @@ def test_verify_finds_batches_that_do_not_decode(
     import struct
 
     from protocol.batch import crc32c
-    from segments.format import build_segment
+    from segments.writer import build_segment
     from tests.unit.segments.conftest import make_batch
 
     good = make_batch(500, 3)
@@ -115,7 +115,7 @@ def test_control_batches_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str
     from broker.txn_markers import control_batch
     from protocol.batch import set_base_offset
     from protocol.records import build_batch
-    from segments.format import build_segment
+    from segments.writer import build_segment
 
     data = bytearray(build_batch([(b"k", b"v", None)] * 2, producer_id=5, producer_epoch=1,
                                  base_sequence=0, transactional=True))  # fmt: skip
