@@ -24,22 +24,15 @@ def plan_merges(
     ``max(2, min_count)`` segments, or fewer (one, even) when it holds a segment to
     ``release``: a range of a shared object that has waited long enough for neighbours
     (docs/format.md, "Shared objects": an idle partition's range would otherwise keep the
-    whole shared object in the store for good).
-
-    Size-tiered: a run leaves out its first segments while each is larger than all the
-    segments after it together (``tier``), so a merged segment is rewritten only
-    with at least as many bytes of newer data, not at every pass until it reaches
-    ``small_bytes`` (docs/format.md, "Merged segments and the log start"; rewritten
-    bytes per byte produced, docs/benchmarks.md "Round 17")."""
+    whole shared object in the store for good)."""
     runs: list[list[SegmentMeta]] = []
     cur: list[SegmentMeta] = []
     size = 0
     need = max(2, min_count)
 
     def close() -> None:
-        run = tier(cur, release)
-        if len(run) >= need or any(release(s) for s in run):
-            runs.append(run)
+        if len(cur) >= need or any(release(s) for s in cur):
+            runs.append(list(cur))
         cur.clear()
 
     for seg in segments:
@@ -56,25 +49,6 @@ def plan_merges(
         size += seg.size
     close()
     return runs
-
-
-def tier(
-    run: Sequence[SegmentMeta], release: Callable[[SegmentMeta], bool] = lambda _s: False
-) -> list[SegmentMeta]:
-    """``run`` without its first segments while each is larger than the rest of the run
-    together (a range to ``release`` is never left out): with a segment per flush cycle
-    and a merge per pass, every byte is then rewritten about log2(``small_bytes`` / the
-    first merge's size) times at most, instead of once per pass (a partition at 2 KiB/s:
-    4.2 rewrites per byte instead of 76)."""
-    rest = sum(s.size for s in run)
-    start = 0
-    while len(run) - start > 1:
-        head = run[start]
-        rest -= head.size
-        if release(head) or head.size <= rest:
-            break
-        start += 1
-    return list(run[start:])
 
 
 def next_merge_look(

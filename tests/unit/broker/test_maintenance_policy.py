@@ -3,9 +3,7 @@ retention victims."""
 
 from __future__ import annotations
 
-import math
-
-from broker.maintenance_policy import next_merge_look, plan_merges, retention_victims, tier
+from broker.maintenance_policy import next_merge_look, plan_merges, retention_victims
 from broker.partition import SegmentMeta
 
 
@@ -79,60 +77,3 @@ def test_next_merge_look_is_the_first_segment_to_come_of_age() -> None:
     assert look(67.0) == float("inf")  # nothing is ahead: only a change brings a new look
     # a base not seen yet is seen now: it comes of age min_age from now
     assert next_merge_look([seg(40, 49)], {}, 100.0, 1000, 2.0, 60.0) == 102.0
-
-
-def test_tier_leaves_out_heads_larger_than_the_rest() -> None:
-    run = [seg(0, 9, 900), seg(10, 19, 300), seg(20, 20, 200), seg(21, 21, 100)]
-    assert [s.base for s in tier(run)] == [10, 20, 21]  # 900 > 600, then 300 <= 300
-    assert [s.base for s in tier(run[1:])] == [10, 20, 21]
-    assert [s.base for s in tier([seg(0, 9, 301), *run[2:]])] == [21]  # 301 > 300, 200 > 100
-    assert [s.base for s in tier(run[3:] * 3)] == [21, 21, 21]  # equal sizes: all kept
-    assert [s.base for s in tier([seg(0, 0, 100), seg(1, 9, 900)])] == [0, 1]  # head smaller
-    assert [s.base for s in tier([seg(0, 0, 5)])] == [0]
-    # a range to release stays in its run, however large
-    assert [s.base for s in tier(run, lambda s: s.base == 0)] == [0, 10, 20, 21]
-
-
-def _rewrites(seg_bytes: int, every_s: float, seconds: float) -> tuple[float, int, int]:
-    """A partition that gets one ``seg_bytes`` segment per ``every_s`` and a merge pass
-    per second (merges of age 2 s, runs of 4, 1 MiB small): (bytes rewritten per byte
-    produced, the most times any byte was rewritten, the most small merged segments)."""
-    small = 1 << 20
-    segs: list[SegmentMeta] = []
-    seen: dict[int, float] = {}
-    times: dict[int, int] = {}  # base -> the most rewrites of any byte in the segment
-    t = next_pass = 0.0
-    produced = rewritten = worst = most_merged = 0
-    while t < seconds:
-        t += every_s
-        base = len(seen)
-        segs.append(seg(base, base, seg_bytes))
-        seen[base], times[base] = t, 0
-        produced += seg_bytes
-        if t < next_pass:
-            continue
-        next_pass += 1.0
-        aged = lambda s, now=t: now - seen[s.base] >= 2.0  # noqa: E731
-        for run in plan_merges(segs, aged, small, 16 << 20, 4, 127):
-            merged = seg(run[0].base, run[-1].last, sum(s.size for s in run))
-            times[merged.base] = 1 + max(times[s.base] for s in run)
-            worst = max(worst, times[merged.base])
-            rewritten += merged.size
-            i = segs.index(run[0])
-            segs[i : i + len(run)] = [merged]
-        most_merged = max(most_merged, sum(1 for s in segs if s.last > s.base and s.size < small))
-    return rewritten / produced, worst, most_merged
-
-
-def test_merges_rewrite_each_byte_about_log2_times_not_once_per_pass() -> None:
-    """Before the tiering a merged segment was merged again at every pass until it
-    reached 1 MiB: a partition at 2 KiB/s had its bytes rewritten 76 times over, one at
-    32 KiB/s 8 times. Now a byte is rewritten at most about log2(1 MiB / the first
-    merge's size) times, and the small merged segments stay about as many."""
-    for seg_bytes, every_s in [(2 << 10, 1.0), (16 << 10, 0.5), (16 << 10, 0.1), (1 << 10, 0.01)]:
-        per_pass = seg_bytes * max(4, round(1 / every_s))  # the first merge's bytes at least
-        bound = math.ceil(math.log2((1 << 20) / per_pass)) + 1
-        amplification, worst, merged = _rewrites(seg_bytes, every_s, 600.0)
-        assert worst <= bound, (seg_bytes, every_s, worst, bound)
-        assert amplification <= bound
-        assert merged <= bound
