@@ -110,6 +110,36 @@ async def test_merge_replaces_small_segments_and_keeps_every_record(
     assert await read_all(node.logs, lg, 7) == expected(35)[7:]
 
 
+async def test_a_merged_segment_above_the_tier_floor_waits_for_as_many_newer_bytes(
+    tmp_path: Path,
+) -> None:
+    """Size-tiered merges (broker/maintenance_policy.py, ``tier``): with 64 KiB small, a
+    merged segment of 1 KiB or more is rewritten only with at least its size of newer
+    segments, not with every few that come after it."""
+    b = Broker(config(tmp_path, merge_small_bytes=64 * 1024))
+    await b.start()
+    try:
+        await b.topics.create(TOPIC, 1)
+        await produce(b.logs, 30)
+        lg = await b.logs.get(TOPIC, 0)
+        await maint(b).run_once()
+        (first,) = lg.segments
+        assert first.size >= 1024  # above the floor (64 KiB / 64)
+        await produce(b.logs, 5, start=30)
+        await maint(b).run_once()
+        # the five merge among themselves: the merged one is larger than the five together
+        assert [(s.base, s.last) for s in lg.segments] == [(0, 59), (60, 69)]
+        assert lg.segments[0].key == first.key
+        await produce(b.logs, 30, start=35)
+        await maint(b).run_once()
+        # the newer ones now outweigh it: it merges again, with all of them
+        assert [(s.base, s.last, span(s.key)) for s in lg.segments] == [(0, 129, (0, 129))]
+        assert lg.segments[0].key != first.key  # a new object, never a reused key
+        assert await read_all(b.logs, lg, 7) == expected(65)[7:]
+    finally:
+        await b.stop()
+
+
 async def test_merged_manifest_survives_a_new_owner(tmp_path: Path) -> None:
     b = Broker(config(tmp_path))
     await b.start()

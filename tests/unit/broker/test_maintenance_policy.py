@@ -3,7 +3,9 @@ retention victims."""
 
 from __future__ import annotations
 
-from broker.maintenance_policy import next_merge_look, plan_merges, retention_victims
+import math
+
+from broker.maintenance_policy import next_merge_look, plan_merges, retention_victims, tier
 from broker.partition import SegmentMeta
 
 
@@ -77,3 +79,78 @@ def test_next_merge_look_is_the_first_segment_to_come_of_age() -> None:
     assert look(67.0) == float("inf")  # nothing is ahead: only a change brings a new look
     # a base not seen yet is seen now: it comes of age min_age from now
     assert next_merge_look([seg(40, 49)], {}, 100.0, 1000, 2.0, 60.0) == 102.0
+
+
+def test_tier_leaves_out_heads_larger_than_the_rest() -> None:
+    run = [seg(0, 9, 900), seg(10, 19, 300), seg(20, 20, 200), seg(21, 21, 100)]
+    assert [s.base for s in tier(run, 0)] == [10, 20, 21]  # 900 > 600, then 300 <= 300
+    assert [s.base for s in tier(run[1:], 0)] == [10, 20, 21]
+    assert [s.base for s in tier([seg(0, 9, 301), *run[2:]], 0)] == [21]  # 301 > 300, 200 > 100
+    assert [s.base for s in tier(run[3:] * 3, 0)] == [21, 21, 21]  # equal sizes: all kept
+    assert [s.base for s in tier([seg(0, 0, 100), seg(1, 9, 900)], 0)] == [0, 1]  # head smaller
+    assert [s.base for s in tier([seg(0, 0, 5)], 0)] == [0]
+    # a range to release stays in its run, however large
+    assert [s.base for s in tier(run, 0, lambda s: s.base == 0)] == [0, 10, 20, 21]
+    # below the floor a head is rewritten with the rest, as before the tiering
+    assert [s.base for s in tier(run, 901)] == [0, 10, 20, 21]
+    assert [s.base for s in tier(run, 900)] == [10, 20, 21]
+    assert [s.base for s in tier(run, 301)] == [10, 20, 21]  # 300 <= 300 anyway
+
+
+def test_plan_merges_tiers_above_a_64th_of_small_bytes() -> None:
+    young = [seg(0, 9, 900), seg(10, 10, 100), seg(11, 11, 100)]
+    # 64,000 small: the floor is 1,000, so 900 is rewritten with the two after it
+    assert plan_merges(young, lambda _s: True, 64_000, 10**9, 2, 100) == [young]
+    # 57,600 small: the floor is 900, and 900 > 200 is left out
+    assert plan_merges(young, lambda _s: True, 57_600, 10**9, 2, 100) == [young[1:]]
+    assert plan_merges(young, lambda _s: True, 64_000, 10**9, 2, 100, tier_bytes=0) == [young[1:]]
+
+
+def _rewrites(seg_bytes: int, every_s: float, seconds: float) -> tuple[float, int, int]:
+    """A partition that gets one ``seg_bytes`` segment per ``every_s`` and a merge pass
+    per second (merges of age 2 s, runs of 4, 1 MiB small, so tiered above 16 KiB):
+    (bytes rewritten per byte produced, the most times any byte was rewritten, the most
+    small merged segments at once)."""
+    small = 1 << 20
+    segs: list[SegmentMeta] = []
+    seen: dict[int, float] = {}
+    times: dict[int, int] = {}  # base -> the most rewrites of any byte in the segment
+    t = next_pass = 0.0
+    produced = rewritten = worst = most_merged = 0
+    while t < seconds:
+        t += every_s
+        base = len(seen)
+        segs.append(seg(base, base, seg_bytes))
+        seen[base], times[base] = t, 0
+        produced += seg_bytes
+        if t < next_pass:
+            continue
+        next_pass += 1.0
+        aged = lambda s, now=t: now - seen[s.base] >= 2.0  # noqa: E731
+        for run in plan_merges(segs, aged, small, 16 << 20, 4, 127):
+            merged = seg(run[0].base, run[-1].last, sum(s.size for s in run))
+            times[merged.base] = 1 + max(times[s.base] for s in run)
+            worst = max(worst, times[merged.base])
+            rewritten += merged.size
+            i = segs.index(run[0])
+            segs[i : i + len(run)] = [merged]
+        most_merged = max(most_merged, sum(1 for s in segs if s.last > s.base and s.size < small))
+    return rewritten / produced, worst, most_merged
+
+
+def test_merges_rewrite_each_byte_about_log2_times_not_once_per_pass() -> None:
+    """Before the tiering a merged segment was merged again at every pass until it
+    reached 1 MiB: a partition at 2 KiB/s had its bytes rewritten 76 times over, one at
+    32 KiB/s 8 times. Now a byte is rewritten once per pass until its segment reaches
+    16 KiB (1 MiB / 64), and about log2(1 MiB / its size then) times after that; the small
+    merged segments stay about as many."""
+    floor = (1 << 20) // 64
+    for seg_bytes, every_s in [(2 << 10, 1.0), (16 << 10, 0.5), (16 << 10, 0.1), (1 << 10, 0.01)]:
+        per_pass = seg_bytes * max(4, round(1 / every_s))  # the first merge's bytes at least
+        below = math.ceil(floor / per_pass)  # passes a byte may spend below the floor
+        bound = below + math.ceil(math.log2((1 << 20) / max(per_pass, floor))) + 1
+        amplification, worst, merged = _rewrites(seg_bytes, every_s, 600.0)
+        assert worst <= bound, (seg_bytes, every_s, worst, bound)
+        assert amplification <= bound
+        assert merged <= bound
+    assert _rewrites(2 << 10, 1.0, 600.0)[0] < 5  # 75.8 before the tiering
