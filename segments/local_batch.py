@@ -25,7 +25,8 @@ file system, not only the batch's, so on a data directory shared with other heav
 writers a barrier costs more (docs/operations.md, "Tuning").
 
 Steps 1 and 3 (and closing the temp files) are each one call of ``segments/_localio.c``
-that releases the GIL for the whole batch. A thread making the batch's ~8 system calls
+that releases the GIL for the whole batch, and the batch makes two hops to a thread in
+all: steps 1 and 2, then steps 3 and 4 and the closing. A thread making the batch's ~8 system calls
 per object from Python waits for the GIL after each one while the event loop is busy,
 and that took the batch's tail latency to hundreds of ms; without the extension (or
 with ``direct_io``) the Python steps run in up to ``WRITERS`` threads, which shortens
@@ -40,6 +41,7 @@ import errno
 import logging
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -117,31 +119,90 @@ def _chunks(n: int) -> list[range]:
 
 async def _group(store: LocalStore, items: Sequence[PutItem]) -> list[Result]:
     results: list[Result] = [StoreError("not written")] * len(items)
-    native = _localio is not None and not store.direct_io
     root = os.open(store.root, os.O_RDONLY | os.O_DIRECTORY)  # before any write: errseq
+    if _localio is not None and not store.direct_io:
+        return await _group_native(store, items, results, root)
     parts: list[Written] = []  # every temp file written: closed and removed at the end
     try:
-        if native:
-            parts = [await to_thread(_write_native, store, items, results)]
-        else:
-            parts = list(
-                await asyncio.gather(
-                    *(to_thread(_write, store, items, r, results) for r in _chunks(len(items)))
-                )
+        parts = list(
+            await asyncio.gather(
+                *(to_thread(_write, store, items, r, results) for r in _chunks(len(items)))
             )
-        if not await _barrier(root, parts, results, "objects not written"):
+        )
+        if not await to_thread(_sync, root, parts, results, "objects not written"):
             return results
-        link = _link_native if native else _link
-        linked = list(await asyncio.gather(*(to_thread(link, p, results) for p in parts)))
-        if not await _barrier(root, linked, results, "names not durable"):
+        linked = list(await asyncio.gather(*(to_thread(_link, p, results) for p in parts)))
+        if not await to_thread(_sync, root, linked, results, "names not durable"):
             return results
-        for part in linked:
-            for i, obj in part:
-                store._remember_key(obj.stat_key, obj.etag)
-                results[i] = obj.etag
+        _done(store, linked, results)
         return results
     finally:
-        await to_thread(_close_native if native else _close, store, parts, root)
+        await to_thread(_close, store, parts, root)
+
+
+async def _group_native(
+    store: LocalStore, items: Sequence[PutItem], results: list[Result], root: int
+) -> list[Result]:
+    """The batch in two hops to a thread: write and barrier, then link, barrier and
+    close (five hops before: 2 x 28 us saved per cycle; docs/benchmarks.md, "Round
+    18")."""
+    batch = _NativeBatch(store, root)
+    try:
+        if not await to_thread(batch.write_synced, items, results):
+            return results
+        linked = await to_thread(batch.link_synced, results)
+        if linked is not None:
+            _done(store, linked, results)
+        return results
+    finally:
+        if not batch.closed:  # cancelled, or a step raised: close once, after the step
+            await to_thread(batch.close)
+
+
+def _done(store: LocalStore, linked: list[Written], results: list[Result]) -> None:
+    for part in linked:
+        for i, obj in part:
+            store._remember_key(obj.stat_key, obj.etag)
+            results[i] = obj.etag
+
+
+class _NativeBatch:
+    """The temp files of one batch through ``segments/_localio.c``. A step holds the lock
+    for its whole length, so a ``close`` after a cancelled awaiter waits for the step a
+    thread is still running, and the files are closed exactly once."""
+
+    def __init__(self, store: LocalStore, root: int) -> None:
+        self.store = store
+        self.root = root
+        self.written: Written = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def write_synced(self, items: Sequence[PutItem], results: list[Result]) -> bool:
+        """Write the temp files, then the first barrier (thread)."""
+        with self._lock:
+            self.written = _write_native(self.store, items, results)
+            return _sync(self.root, [self.written], results, "objects not written")
+
+    def link_synced(self, results: list[Result]) -> list[Written] | None:
+        """Link the final names, the second barrier, then close (thread): the linked
+        objects, or None when the barrier failed."""
+        with self._lock:
+            try:
+                linked = _link_native(self.written, results)
+                ok = _sync(self.root, [linked], results, "names not durable")
+                return [linked] if ok else None
+            finally:
+                self._close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            _close_native(self.store, [self.written], self.root)
 
 
 def _write_native(store: LocalStore, items: Sequence[PutItem], results: list[Result]) -> Written:
@@ -210,10 +271,10 @@ def _close_native(store: LocalStore, parts: list[Written], root: int) -> None:
     os.close(root)
 
 
-async def _barrier(root: int, parts: list[Written], results: list[Result], what: str) -> bool:
-    """One syncfs; when it fails every object of ``parts`` fails (False)."""
+def _sync(root: int, parts: list[Written], results: list[Result], what: str) -> bool:
+    """One syncfs (thread); when it fails every object of ``parts`` fails (False)."""
     try:
-        await to_thread(_syncfs, root)
+        _syncfs(root)
         return True
     except OSError as exc:
         n = sum(len(p) for p in parts)

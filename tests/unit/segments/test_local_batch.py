@@ -149,3 +149,47 @@ async def test_a_directory_removed_under_the_store_fails_one_batch_only(
     again = await store.put_many_if_absent(_items(9, "-c"))
     assert all(isinstance(r, str) for r in again)
     assert _temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("stall_on", [1, 2], ids=["data-barrier", "name-barrier"])
+async def test_an_awaiter_cancelled_mid_barrier_leaves_no_file_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall_on: int, impl: str
+) -> None:
+    """Cancelled while a thread is inside a barrier: the batch's temp files are closed
+    and removed once, after that thread's step (the native path closes them in the step
+    that links; a close from the cancelled awaiter waits for it), and no name points
+    at bytes that were never made durable."""
+    import asyncio
+    import threading
+
+    inside, go_on = threading.Event(), threading.Event()
+    calls = [0]
+    real = local_batch._SYNCFS
+
+    def stalling(fd: int) -> int:
+        calls[0] += 1
+        if calls[0] == stall_on:
+            inside.set()
+            go_on.wait(60)
+        if real is not None:
+            return real(fd)
+        os.sync()
+        return 0
+
+    monkeypatch.setattr(local_batch, "_SYNCFS", stalling)
+    store = LocalStore(str(tmp_path / "objects"))
+    fds = len(os.listdir("/proc/self/fd"))
+    items = _items(9)
+    task = asyncio.ensure_future(store.put_many_if_absent(items))
+    assert await asyncio.to_thread(inside.wait, 60)
+    task.cancel()
+    await asyncio.sleep(0)  # the cancellation reaches the batch while the thread waits
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _temp_files(tmp_path) == []
+    assert len(os.listdir("/proc/self/fd")) == fds
+    if stall_on == 1:  # cancelled before any link: no name at all
+        assert [await store.head(i.key) for i in items] == [None] * len(items)
+    retry = await store.put_many_if_absent(_items(9, "-retry"))
+    assert all(isinstance(r, str) for r in retry)
