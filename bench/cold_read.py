@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_run import create_topics
-from bench.broker_targets import Target, cpu_seconds, profiled
+from bench.broker_targets import Target, built_extensions, cpu_seconds, profiled
 from bench.broker_workers import run_worker
 
 MSG = 1024
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
         if args.base_tree is not None:  # the same bucket and metadata, the older broker
             env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-            env["PYTHONPATH"] = str(args.base_tree.resolve())
+            env["PYTHONPATH"] = str(built_extensions(args.base_tree).resolve())
             port = free_port()
             bargs = ["--listen", f"127.0.0.1:{port}", "--store", url, *limits]
             bp = BrokerProcess(work / "b", port, bargs, env).start()

@@ -17,7 +17,8 @@ produced and the bytes it wrote to the disk per byte produced (``/proc/PID/io``
 ``write_bytes``: segments, merges, the metadata log; on S3 the S3 server's, whose CPU per
 MB is printed too), both counted from the start of the produce to the end of the wait,
 and, where the tree exports it, the bytes merges wrote
-per byte produced (``kafscale_maintenance_merged_bytes_total``). With ``--base-tree``
+per byte produced (``kafscale_maintenance_merged_bytes_total``) and the merges per MB
+produced (``kafscale_maintenance_merges_total``). With ``--base-tree``
 another source tree's broker runs the same trials, the two alternating round by round
 (the first tree of a round alternates too); the medians and their ratios close the
 report. Processes are stopped by PID.
@@ -50,6 +51,7 @@ from bench.broker_workers import run_worker
 
 MSG = 1024
 MERGED = "kafscale_maintenance_merged_bytes_total"
+MERGES = "kafscale_maintenance_merges_total"
 
 
 def write_bytes(pid: int | None) -> int:
@@ -62,15 +64,23 @@ def write_bytes(pid: int | None) -> int:
     return 0
 
 
-def merged_bytes(metrics_url: str | None) -> float | None:
-    """The tree's merged-bytes counter (None where it has none)."""
+def counters(metrics_url: str | None) -> dict[str, float]:
+    """The tree's merged-bytes and merges counters (those it has)."""
     if metrics_url is None:
-        return None
+        return {}
+    out: dict[str, float] = {}
     with urllib.request.urlopen(metrics_url, timeout=5) as resp:
         for line in resp.read().decode().splitlines():
-            if line.startswith(MERGED + " "):
-                return float(line.split()[1])
-    return None
+            name, _, value = line.partition(" ")
+            if name in (MERGED, MERGES):
+                out[name] = float(value)
+    return out
+
+
+def _per(before: dict[str, float], after: dict[str, float], name: str, n: float) -> float | None:
+    if name not in before or name not in after:
+        return None
+    return (after[name] - before[name]) / n
 
 
 @contextlib.contextmanager
@@ -101,7 +111,7 @@ def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[st
         quiesce([t])
         writer = t.store_pid or t.pid  # who writes the objects to disk
         cpu, wrote, store_cpu = cpu_seconds(t.pid), write_bytes(writer), cpu_seconds(t.store_pid)
-        merged0 = merged_bytes(t.metrics_url)
+        merged0 = counters(t.metrics_url)
         spec = {"kind": "produce", "bootstrap": t.bootstrap, "topic": "m", "size": MSG,
                 "partitions": args.partitions, "idempotence": True, "rate": args.rate,
                 "messages": int(args.rate * args.seconds)}  # fmt: skip
@@ -110,26 +120,27 @@ def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[st
             raise RuntimeError(f"produce failed: {res['first_error']}")
         waited = quiesce([t], timeout=30.0, window=1.0)
         mb = res["bytes"] / 1e6
-        merged1 = merged_bytes(t.metrics_url)
+        merged1 = counters(t.metrics_url)
         return {
             "mb_s": mb / res["seconds"],
             "p99_ms": res["p99_ms"],
             "cpu_ms_mb": (cpu_seconds(t.pid) - cpu) * 1000 / mb,
             "store_cpu_ms_mb": (cpu_seconds(t.store_pid) - store_cpu) * 1000 / mb,
             "written_per_byte": (write_bytes(writer) - wrote) / res["bytes"],
-            "merged_per_byte": None
-            if merged0 is None or merged1 is None
-            else (merged1 - merged0) / res["bytes"],
+            "merged_per_byte": _per(merged0, merged1, MERGED, res["bytes"]),
+            "merges_per_mb": _per(merged0, merged1, MERGES, mb),
             "settle_s": waited,
         }
 
 
 def _fmt(r: dict[str, Any]) -> str:
     merged = "-" if r["merged_per_byte"] is None else f"{r['merged_per_byte']:.2f}"
+    merges = "-" if r["merges_per_mb"] is None else f"{r['merges_per_mb']:.1f}"
     store = f"S3 server CPU {r['store_cpu_ms_mb']:6.2f} ms/MB  " if r["store_cpu_ms_mb"] else ""
     return (store + f"{r['mb_s']:6.2f} MB/s  p99 {r['p99_ms']:7.1f} ms  "
             f"CPU {r['cpu_ms_mb']:6.2f} ms/MB  "
             f"written/produced {r['written_per_byte']:5.2f}  merged/produced {merged}  "
+            f"merges/MB {merges}  "
             f"(settled in {r['settle_s']:.1f} s)")  # fmt: skip
 
 
@@ -163,14 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)  # fmt: skip
     medians: dict[str, dict[str, float]] = {}
     for name, rows in results.items():
-        medians[name] = {
-            k: statistics.median(r[k] for r in rows)
-            for k in ("mb_s", "p99_ms", "cpu_ms_mb", "store_cpu_ms_mb", "written_per_byte")
-        }
+        keys = ["mb_s", "p99_ms", "cpu_ms_mb", "store_cpu_ms_mb", "written_per_byte"]
+        keys += [k for k in ("merged_per_byte", "merges_per_mb") if rows[0][k] is not None]
+        medians[name] = {k: statistics.median(r[k] for r in rows) for k in keys}
         print(f"median {name:<12} " + "  ".join(f"{k} {v:.2f}" for k, v in medians[name].items()))
     if len(trees) == 2:
         a, b = medians[trees[0][0]], medians[trees[1][0]]
-        print("this tree / base: " + "  ".join(f"{k} {a[k] / b[k]:.2f}" for k in a if b[k]))
+        print("this tree / base: " + "  ".join(f"{k} {a[k] / b[k]:.2f}" for k in a if b.get(k)))
     return 0
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.broker_run import create_topics
+from bench.broker_targets import built_extensions
 
 if TYPE_CHECKING:
     from tests.fixtures.broker import BrokerProcess
@@ -112,7 +113,7 @@ def local_broker(
             "--node-id", "0", "--workers", "1", "--log-level", "WARNING", *extra]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
     if tree is not None:
-        env["PYTHONPATH"] = str(tree.resolve())
+        env["PYTHONPATH"] = str(built_extensions(tree).resolve())
     broker = BrokerProcess(workdir, port, args, env).start()
     return broker, f"http://127.0.0.1:{http}/metrics", workdir
 

@@ -23,3 +23,4 @@ def test_a_short_trial_measures_the_broker(tmp_path: Path, store: str) -> None:
     assert (r["store_cpu_ms_mb"] > 0) == (store == "s3")  # SeaweedFS took the PUTs
     # this tree exports kafscale_maintenance_merged_bytes_total (a base tree may not)
     assert r["merged_per_byte"] is not None and r["merged_per_byte"] >= 0
+    assert r["merges_per_mb"] is not None and r["merges_per_mb"] >= 0
