@@ -150,9 +150,12 @@ def test_small_segments_merge_and_stay_readable(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> None:
     be = Backend(tmp_path / "broker", backend_kwargs(request, backend))
+    # 4 MiB small: merged segments stay below the size-tiering floor (64 KiB), so the
+    # ~20 KB of the 120 segments end as ONE (tiering: tests/unit/broker/test_maintenance_*)
     b = be.start(
         "--merge-interval-ms", "100", "--merge-min-age-ms", "300",
         "--merge-min-segments", "2", "--segment-delete-grace-ms", "1500",
+        "--merge-small-bytes", "4194304",
     )  # fmt: skip
     try:
         topic = "merge-me"
