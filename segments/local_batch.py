@@ -26,11 +26,12 @@ writers a barrier costs more (docs/operations.md, "Tuning").
 
 Steps 1 and 3 (and closing the temp files) are each one call of ``segments/_localio.c``
 that releases the GIL for the whole batch, and the batch makes two hops to a thread in
-all: steps 1 and 2, then steps 3 and 4 and the closing. A thread making the batch's ~8 system calls
-per object from Python waits for the GIL after each one while the event loop is busy,
-and that took the batch's tail latency to hundreds of ms; without the extension (or
-with ``direct_io``) the Python steps run in up to ``WRITERS`` threads, which shortens
-that wait but does not remove it (docs/benchmarks.md, "Round 5: many partitions").
+all: steps 1 and 2, then steps 3 and 4 and the closing. A thread making the batch's ~8
+system calls per object from Python waits for the GIL after each one while the event
+loop is busy, and that took the batch's tail latency to hundreds of ms; without the
+extension (or with ``direct_io``) the Python steps run in up to ``WRITERS`` threads,
+which shortens that wait but does not remove it (docs/benchmarks.md, "Round 5: many
+partitions").
 """
 
 from __future__ import annotations
@@ -144,8 +145,8 @@ async def _group_native(
     store: LocalStore, items: Sequence[PutItem], results: list[Result], root: int
 ) -> list[Result]:
     """The batch in two hops to a thread: write and barrier, then link, barrier and
-    close (five hops before: 2 x 28 us saved per cycle; docs/benchmarks.md, "Round
-    18")."""
+    close (five before: about 3 x 28 us of CPU saved per batch; docs/benchmarks.md,
+    "Round 18")."""
     batch = _NativeBatch(store, root)
     try:
         if not await to_thread(batch.write_synced, items, results):
