@@ -31,7 +31,6 @@ import contextlib
 import statistics
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from bench.broker_targets import (
     quiesce,
 )
 from bench.broker_workers import run_worker
+from bench.takeover import metric
 
 MSG = 1024
 MERGED = "kafscale_maintenance_merged_bytes_total"
@@ -68,13 +68,7 @@ def counters(metrics_url: str | None) -> dict[str, float]:
     """The tree's merged-bytes and merges counters (those it has)."""
     if metrics_url is None:
         return {}
-    out: dict[str, float] = {}
-    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-        for line in resp.read().decode().splitlines():
-            name, _, value = line.partition(" ")
-            if name in (MERGED, MERGES):
-                out[name] = float(value)
-    return out
+    return {n: v for n in (MERGED, MERGES) if (v := metric(metrics_url, n)) is not None}
 
 
 def _per(before: dict[str, float], after: dict[str, float], name: str, n: float) -> float | None:
