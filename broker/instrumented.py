@@ -20,7 +20,15 @@ from typing import Any
 from broker.meta.base import Compare, KeyValue, MetaStore, Op, TxnResult, WatchEvent
 from broker.meta.schema import OWNERS_PREFIX
 from broker.telemetry import Family, Hist, Telemetry
-from segments.store import Buffer, ObjectInfo, ObjectStore, PutItem, batches_puts, put_each
+from segments.store import (
+    Buffer,
+    ObjectInfo,
+    ObjectStore,
+    PutItem,
+    batches_puts,
+    put_background,
+    put_each,
+)
 
 _now = time.perf_counter
 
@@ -101,6 +109,16 @@ class InstrumentedStore:
         self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
     ) -> str:
         put = self.inner.put_if_absent(key, data, crc32c=crc32c)
+        etag: str = await self._call("put", put)
+        self._bytes.inc(("put",), sum(len(b) for b in data))
+        return etag
+
+    async def put_paced_if_absent(
+        self, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+    ) -> str:
+        """``segments.store.put_background``: the inner store's paced PUT, timed and
+        counted as a put (its plain PUT where it has none)."""
+        put = put_background(self.inner, key, data, crc32c=crc32c)
         etag: str = await self._call("put", put)
         self._bytes.inc(("put",), sum(len(b) for b in data))
         return etag

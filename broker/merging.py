@@ -25,7 +25,9 @@ from broker.maintenance_policy import next_merge_look, plan_merges
 from broker.meta.base import Delete, Put
 from broker.meta.schema import seg_entry_key
 from broker.partition import PartitionLog, SegmentMeta
-from segments.format import iter_batch_frames, partition_prefix
+from segments.format import BuiltSegment, iter_batch_frames, partition_prefix
+from segments.offload import to_thread
+from segments.store import put_background
 from segments.writer import build_segment
 
 if TYPE_CHECKING:
@@ -39,6 +41,19 @@ SHARED_RELEASE_S = 60.0
 # what the plan of a partition follows from, besides time: (changes, log start, folded
 # end) of the partition, and (small bytes, min age, release age) of the settings
 _Look = tuple[int, int, int, int, float, float]
+
+
+def _build_merged(
+    base: int, datas: list[bytes], now_ms: int, index_interval: int
+) -> tuple[BuiltSegment, bytes]:
+    """The merged segment of a run's segment bodies and its joined bytes. Run in a thread:
+    walking a second's worth of batches and copying them blocks for milliseconds, during
+    which the event loop would hold back every flush cycle (docs/benchmarks.md,
+    "Round 19"); in a thread the interpreter hands the loop the GIL every switch
+    interval, and ``bytes.join`` drops it."""
+    views = [view for data in datas for _pos, _first, view in iter_batch_frames(data)]
+    built = build_segment(base, views, now_ms, index_interval)
+    return built, b"".join(built.buffers)
 
 
 class Merger:
@@ -125,9 +140,8 @@ class Merger:
                 return await logs.segment_batches(lg, seg)
 
         datas = await asyncio.gather(*(fetch(seg) for seg in run))
-        views = [view for data in datas for _pos, _first, view in iter_batch_frames(data)]
-        built = build_segment(
-            run[0].base, views, int(time.time() * 1000), self.config.index_interval
+        built, data = await to_thread(
+            _build_merged, run[0].base, datas, int(time.time() * 1000), self.config.index_interval
         )
         if built.last_offset != run[-1].last:
             raise ValueError(f"merged batches end at {built.last_offset}, not {run[-1].last}")
@@ -135,8 +149,8 @@ class Merger:
             return False
         name = lg.new_object_name(run[0].base, built.last_offset)
         key = partition_prefix(self.config.namespace, lg.topic, lg.partition) + name
-        data = b"".join(built.buffers)
-        etag = await logs.store.put_if_absent(key, [data], crc32c=built.crc32c)  # index inside
+        # paced: a merge's megabytes never sit in the disk's queue ahead of a flush's PUT
+        etag = await put_background(logs.store, key, [data], crc32c=built.crc32c)
         merged = SegmentMeta(
             run[0].base,
             built.last_offset,

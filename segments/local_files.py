@@ -74,16 +74,27 @@ def _hash_fd(fd: int, md5: bool) -> str:
     return digest.hexdigest() if digest is not None else crc_etag(crc, pos)
 
 
-def _write_buffered(fd: int, data: Sequence[Buffer], known: int | None = None) -> int:
+def _write_buffered(
+    fd: int, data: Sequence[Buffer], known: int | None = None, piece: int | None = None
+) -> int:
     """Write ``data`` through the page cache; returns its CRC-32C (``known``, when the
-    caller gave it, is returned without hashing)."""
+    caller gave it, is returned without hashing). With ``piece``, every ``piece`` bytes
+    written are made durable (``fdatasync``) before more are written: the disk then
+    never holds more than one piece of this object's writeback in its queue."""
     crc = 0
+    dirty = 0  # bytes written since the last fdatasync (with ``piece``)
     for buf in data:
         if known is None:
             crc = _crc32c.crc32c(buf, crc)
         view = memoryview(buf)
         while view:
-            view = view[os.write(fd, view) :]
+            n = os.write(fd, view if piece is None else view[: piece - dirty])
+            view = view[n:]
+            if piece is not None:
+                dirty += n
+                if dirty >= piece:
+                    os.fdatasync(fd)
+                    dirty = 0
     return crc if known is None else known
 
 

@@ -105,6 +105,25 @@ def batches_puts(store: object) -> bool:
     return callable(getattr(type(store), "put_many_if_absent", None))
 
 
+def paces_puts(store: object) -> bool:
+    """Whether ``store``'s class has ``put_paced_if_absent(key, data, *, crc32c)``: a PUT
+    for background work that reaches the disk in pieces (``LocalStore``), so that the
+    write path's PUTs to the same disk do not queue behind all of it. Asked of the class,
+    as ``batches_puts``."""
+    return callable(getattr(type(store), "put_paced_if_absent", None))
+
+
+async def put_background(
+    store: ObjectStore, key: str, data: Sequence[Buffer], *, crc32c: int | None = None
+) -> str:
+    """``put_if_absent`` for work off the acknowledgement path (merges): paced where the
+    store paces its writes (``paces_puts``); same result and guarantees either way."""
+    if paces_puts(store):
+        etag: str = await store.put_paced_if_absent(key, data, crc32c=crc32c)  # type: ignore[attr-defined]
+        return etag
+    return await store.put_if_absent(key, data, crc32c=crc32c)
+
+
 async def put_all(
     store: ObjectStore, items: Sequence[PutItem], concurrency: int
 ) -> list[str | BaseException]:

@@ -66,3 +66,23 @@ async def test_meta_conflicts_by_cause(tmp_path: Path) -> None:
         assert m[("kafscale_meta_txn_conflicts_total", (("cause", cause),))] == 1, cause
     assert m[("kafscale_meta_request_duration_seconds_count", (("op", "txn"),))] == 4
     assert m[("kafscale_meta_request_duration_seconds_count", (("op", "put"),))] == 2
+
+
+async def test_paced_puts_are_timed_and_counted_as_puts(tmp_path: Path) -> None:
+    """``put_background`` through the wrapper: the local store's paced PUT, counted as
+    a put (broker/merging.py writes merged segments this way)."""
+    from segments.store import paces_puts, put_background
+
+    t = Telemetry()
+    store = InstrumentedStore(open_store(f"file://{tmp_path}/objects"), t)
+    try:
+        assert paces_puts(store)
+        await put_background(store, "m/1", [b"x" * 300_000])
+        assert await store.get("m/1") == b"x" * 300_000
+        with pytest.raises(ObjectExistsError):
+            await put_background(store, "m/1", [b"y"])
+    finally:
+        await store.close()
+    m = _samples(t)
+    assert m[("kafscale_store_request_duration_seconds_count", (("op", "put"),))] == 2
+    assert m[("kafscale_store_bytes_total", (("op", "put"),))] == 300_000
