@@ -2,7 +2,7 @@
 
     python -m bench.broker_profile [--messages 300000] [--modes plain,idem] [--native]
                                    [--top 15] [--keep DIR] [--base-tree DIR]
-                                   [--partitions 1]
+                                   [--partitions 1] [--rate MSGS_PER_S]
 
 Starts one broker (local store, embedded metadata; from ``--base-tree`` if given),
 produces ``--messages`` x 1 KiB with confluent-kafka (acks=all, over ``--partitions``;
@@ -147,13 +147,21 @@ def minor_faults(pid: int) -> int:
 
 
 def profile_mode(
-    t: Target, mode: str, messages: int, out: Path, native: bool | str, partitions: int = 1
+    t: Target,
+    mode: str,
+    messages: int,
+    out: Path,
+    native: bool | str,
+    partitions: int = 1,
+    rate: float | None = None,
 ) -> str:
     topic = f"prof-{mode}-{uuid.uuid4().hex[:6]}"
     create_topics(t.bootstrap, [topic], partitions)
     spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": partitions,
             "kind": "produce",
             "topic": topic, "messages": messages, "idempotence": mode == "idem"}  # fmt: skip
+    if rate:
+        spec["rate"] = rate
     assert t.pid is not None
     with _perf(t.pid, out) if native == "perf" else _spy(t.pid, out, bool(native)):
         before, faults = cpu_seconds(t.pid), minor_faults(t.pid)
@@ -175,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="plain,idem")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--partitions", type=int, default=1, help="partitions of the topic")
+    p.add_argument("--rate", type=float, help="pace the producer at this many messages a second")
     p.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
     p.add_argument("--gil", action="store_true", help="py-spy --gil: the GIL holder only")
     p.add_argument("--perf", action="store_true", help="perf record -g instead of py-spy")
@@ -197,11 +206,15 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.modes.split(","):
                 if args.perf:
                     out = outdir / f"{mode}.perf"
-                    head = profile_mode(t, mode, args.messages, out, "perf", args.partitions)
+                    head = profile_mode(
+                        t, mode, args.messages, out, "perf", args.partitions, args.rate
+                    )
                     print(head + "\n" + perf_top(out, args.top), flush=True)
                     continue
                 out = outdir / f"{mode}.txt"
-                head = profile_mode(t, mode, args.messages, out, args.native, args.partitions)
+                head = profile_mode(
+                    t, mode, args.messages, out, args.native, args.partitions, args.rate
+                )
                 print(format_profile(head, out.read_text(), args.top), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
