@@ -27,7 +27,7 @@ from broker.meta.schema import seg_entry_key
 from broker.partition import PartitionLog, SegmentMeta
 from segments.format import BuiltSegment, iter_batch_frames, partition_prefix
 from segments.offload import to_thread
-from segments.store import put_background
+from segments.store import Buffer, put_background
 from segments.writer import build_segment
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ _Look = tuple[int, int, int, int, float, float]
 
 
 def _build_merged(
-    base: int, datas: list[bytes], now_ms: int, index_interval: int
+    base: int, datas: list[Buffer], now_ms: int, index_interval: int
 ) -> tuple[BuiltSegment, bytes]:
     """The merged segment of a run's segment bodies and its joined bytes. Run in a thread:
     walking a second's worth of batches and copying them blocks for milliseconds, during
@@ -139,9 +139,18 @@ class Merger:
             async with sem:
                 return await logs.segment_batches(lg, seg)
 
-        datas = await asyncio.gather(*(fetch(seg) for seg in run))
+        # cached segments (most of them: the flush put them there) without a task each
+        datas: list[Buffer | None] = [logs.reader.cached_data(lg, seg) for seg in run]
+        missing = [i for i, d in enumerate(datas) if d is None]
+        loaded = await asyncio.gather(*(fetch(run[i]) for i in missing))
+        for i, d in zip(missing, loaded, strict=True):
+            datas[i] = d
         built, data = await to_thread(
-            _build_merged, run[0].base, datas, int(time.time() * 1000), self.config.index_interval
+            _build_merged,
+            run[0].base,
+            [d for d in datas if d is not None],
+            int(time.time() * 1000),
+            self.config.index_interval,
         )
         if built.last_offset != run[-1].last:
             raise ValueError(f"merged batches end at {built.last_offset}, not {run[-1].last}")

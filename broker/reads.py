@@ -68,6 +68,12 @@ class Reader:
             return cached.data
         return await self.loader.load(key, seg, shared)
 
+    def cached_data(self, lg: PartitionLog, seg: SegmentMeta) -> Buffer | None:
+        """The whole segment if the cache holds it (this version of it), else None;
+        nothing is loaded (merges: a task per cached segment only costs time)."""
+        cached = self.logs.cache.get(self.object_key(lg, seg), seg.etag)
+        return None if cached is None else cached.data
+
     async def segment_batches(self, lg: PartitionLog, seg: SegmentMeta) -> Buffer:
         """The whole segment object (cached), for timestamp lookups and merges; a missing
         object is checked against the fresh manifest first (see the module doc)."""

@@ -110,6 +110,25 @@ async def test_merge_replaces_small_segments_and_keeps_every_record(
     assert await read_all(node.logs, lg, 7) == expected(35)[7:]
 
 
+async def test_a_merge_of_partly_cached_segments_keeps_every_record_in_order(
+    node: Broker,
+) -> None:
+    """Merges take cached segments from the cache and load only the others: with every
+    other segment evicted, the merged segment still holds every batch, in offset order."""
+    await produce(node.logs, 12)
+    lg = await node.logs.get(TOPIC, 0)
+    assert len(lg.segments) == 12
+    for seg in lg.segments[::2]:
+        node.logs.cache.evict(node.logs.object_key(lg, seg))
+    assert [node.logs.reader.cached_data(lg, s) is None for s in lg.segments] == [
+        i % 2 == 0 for i in range(12)
+    ]
+    await maint(node).run_once()
+    assert [(s.base, s.last) for s in lg.segments] == [(0, 23)]
+    node.logs.cache.clear()  # read back from the merged object itself
+    assert await read_all(node.logs, lg) == expected(12)
+
+
 async def test_a_merged_segment_above_the_tier_floor_waits_for_as_many_newer_bytes(
     tmp_path: Path,
 ) -> None:
