@@ -319,7 +319,9 @@ def conform_files(io: FileIO, files: Sequence[WrittenFile], types: Mapping[str, 
                     [None if v is None else ("true" if v else "false") for v in col.to_pylist()],
                     pa.string(),
                 )
-            data = data.set_column(i, name, col.cast(target))
+            # a long past 2**53 in a double column: the nearest double (as float())
+            exact = not (pa.types.is_integer(col.type) and pa.types.is_floating(target))
+            data = data.set_column(i, name, col.cast(target, safe=exact))
         new_path = f.path.replace(".parquet", "-conformed.parquet")
         write_parquet(io, new_path, data)
         io.delete(f.path)

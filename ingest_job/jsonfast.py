@@ -71,7 +71,8 @@ def parse_lines(
         if want is not None and want != kind:
             if not (want == "double" and kind == "long"):
                 return None  # the exact path decides (conflicts, dead letters)
-            col = col.cast(pa.float64())
+            # past 2**53: rounded to the nearest double, as the exact path's float()
+            col = col.cast(pa.float64(), safe=False)
             kind = "double"
         if kind == "string" and not _utf8(col):
             return None  # the reader passes invalid UTF-8 through: the exact path rejects it

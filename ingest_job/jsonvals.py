@@ -180,7 +180,9 @@ def _flat_kinds(
         if want != kind and not (want == "double" and kind == "long"):
             return None  # conflicts and dead letters: the exact path decides
         kinds[name] = want
-        arrays[name] = arr.cast(ARROW_TYPES[want])
+        # a long in a double column past 2**53: rounded to the nearest double, as the
+        # exact path's float() does (a safe cast refuses it)
+        arrays[name] = arr.cast(ARROW_TYPES[want], safe=want == kind)
     return kinds, arrays
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from broker.meta.schema import MarkerRequest, RegistrySchema
@@ -195,6 +195,9 @@ JSON_SCALARS = (
     ),
     indent=st.sampled_from([None, 1]),
 )
+# a long past 2**53 in a double column: the native path's cast refused it
+@example(rows=[{"a": 2**53 + 1}], known={"a": "double"}, indent=None)
+@example(rows=[{"a": -(2**63)}, {"a": 2**63 - 1}], known={"a": "double"}, indent=None)
 def test_json_array_path_equals_exact_path_on_random_objects(
     rows: list[dict[str, Any] | None], known: dict[str, str], indent: int | None
 ) -> None:
