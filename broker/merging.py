@@ -140,17 +140,13 @@ class Merger:
                 return await logs.segment_batches(lg, seg)
 
         # cached segments (most of them: the flush put them there) without a task each
-        datas: list[Buffer | None] = [logs.reader.cached_data(lg, seg) for seg in run]
-        missing = [i for i, d in enumerate(datas) if d is None]
-        loaded = await asyncio.gather(*(fetch(run[i]) for i in missing))
-        for i, d in zip(missing, loaded, strict=True):
-            datas[i] = d
+        cached = [logs.reader.cached_data(lg, seg) for seg in run]
+        loaded = iter(
+            await asyncio.gather(*(fetch(s) for s, d in zip(run, cached, strict=True) if d is None))
+        )
+        datas = [next(loaded) if d is None else d for d in cached]
         built, data = await to_thread(
-            _build_merged,
-            run[0].base,
-            [d for d in datas if d is not None],
-            int(time.time() * 1000),
-            self.config.index_interval,
+            _build_merged, run[0].base, datas, int(time.time() * 1000), self.config.index_interval
         )
         if built.last_offset != run[-1].last:
             raise ValueError(f"merged batches end at {built.last_offset}, not {run[-1].last}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from segments import local_files, local_store
+from segments import local_files
 from segments.local_store import PACED_PIECE_BYTES, LocalStore
 from segments.store import ObjectExistsError, paces_puts, put_background
 
@@ -93,9 +93,3 @@ async def test_put_background_paces_where_the_store_can(tmp_path: Path, syncs: l
     assert not paces_puts(plain)
     assert await put_background(plain, "b", [b"x", b"y"], crc32c=7) == "etag"  # type: ignore[arg-type]
     assert plain.puts == [("b", b"xy", 7)]
-
-
-def test_the_piece_is_smaller_than_a_flush_segment() -> None:
-    """The point of the pieces: a flush's PUT waits behind one, not behind a merged
-    segment of megabytes; librdkafka's requests make ~1 MB segments."""
-    assert local_store.PACED_PIECE_BYTES < 1 << 20
