@@ -1,7 +1,8 @@
 """Where a paced producer's latency tail comes from (docs/benchmarks.md, "Round 19").
 
     python -m bench.paced_tail [--rate 2000] [--seconds 30] [--rounds 3] [--idempotent]
-                               [--base-tree DIR] [--broker-arg=--merge-interval-ms=0]
+                               [--burst-mb 0] [--base-tree DIR]
+                               [--broker-arg=--merge-interval-ms=0]
 
 Per trial a fresh broker (local store, embedded metadata; from ``--base-tree`` too, the
 two alternating) gets a one-partition topic, and one confluent-kafka producer (acks=all,
@@ -10,7 +11,10 @@ second for ``--seconds``. Printed per trial: the delivery latency's p50 / p99 / 
 broker's CPU per MB, and the *stalls*: runs of consecutive messages (sent less than
 10 ms apart) that all took more than 10 ms, with how many of them held 20 messages or
 more. A stall that recurs once per maintenance pass is background work in the way of the
-flush cycles. The medians and their ratios close the report. Processes are stopped by PID.
+flush cycles. ``--burst-mb N``: first N MB at full speed to another topic (a plain
+producer, as ``bench.broker``'s produce phase), so that the paced run overlaps the merges
+of its segments (docs/benchmarks.md, "Round 20"). The medians and their ratios close the
+report. Processes are stopped by PID.
 """
 
 from __future__ import annotations
@@ -74,13 +78,39 @@ def produce(
     return out
 
 
+def burst(bootstrap: str, megabytes: float) -> None:
+    """``megabytes`` of 1 KiB messages to the topic ``burst`` at full speed (acks=all)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "enable.idempotence": False, "log_level": 3})  # fmt: skip
+    payload = os.urandom(1024)
+    failed: list[str] = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    for _ in range(int(megabytes * 1e6 / len(payload))):
+        while True:
+            try:
+                p.produce("burst", payload, partition=0, on_delivery=done)
+                break
+            except BufferError:  # the client's queue is full: let it drain
+                p.poll(0.005)
+    if p.flush(120) or failed:
+        raise RuntimeError(f"burst not delivered: {failed[:1] or 'messages left'}")
+
+
 def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     limits = BrokerLimits()
     extra = list(args.broker_arg)
     target = (base_target(workdir, tree, limits, extra) if tree is not None
               else broker_target("local", workdir, None, limits, extra))  # fmt: skip
     with target as t:
-        create_topics(t.bootstrap, ["paced"], 1)
+        create_topics(t.bootstrap, ["paced", "burst"], 1)
+        if args.burst_mb:
+            burst(t.bootstrap, args.burst_mb)
         cpu = cpu_seconds(t.pid)
         res = produce(t.bootstrap, args.rate, args.seconds, args.idempotent)
         cpu = cpu_seconds(t.pid) - cpu
@@ -109,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--idempotent", action="store_true")
+    ap.add_argument("--burst-mb", type=float, default=0.0,
+                    help="MB at full speed to another topic just before the paced run")  # fmt: skip
     ap.add_argument("--base-tree", type=Path, help="another source tree, run alongside")
     ap.add_argument("--broker-arg", action="append", default=[], help="extra broker flag")
     args = ap.parse_args(argv)

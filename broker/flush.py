@@ -35,6 +35,7 @@ from broker.shared_objects import SharedWriter
 from broker.tasks import cancel_and_wait
 from protocol.errors import ErrorCode
 from segments.format import BuiltSegment, partition_prefix
+from segments.joins import join
 from segments.offload import to_thread
 from segments.shared import is_range_key
 from segments.store import PutItem, put_all
@@ -283,8 +284,8 @@ class Flusher:
     async def _build_all(self, jobs: list[Job]) -> list[Built | BaseException]:
         """Each job's segment, built and joined into one buffer (or why it failed), not
         named yet. One copy: the store body and the tail cache. Small segments are built
-        here with no task per partition (docs/benchmarks.md, "Round 15"); bytes.join drops
-        the GIL for large joins, so big segments are joined off the event loop, together
+        here with no task per partition (docs/benchmarks.md, "Round 15"); big segments are
+        joined off the event loop, without the GIL (``segments.joins``), together
         (from the one malloc arena, broker/cli_broker.py: the memory of evicted segments
         is reused)."""
         out: list[Built | BaseException] = []
@@ -310,7 +311,7 @@ class Flusher:
                 out.append(Built(seg, b"".join(seg.buffers), "", ""))
         if large:
             joined = await asyncio.gather(
-                *(to_thread(b"".join, seg.buffers) for _i, seg in large),
+                *(to_thread(join, seg.buffers) for _i, seg in large),
                 return_exceptions=True,
             )
             for (i, seg), data in zip(large, joined, strict=True):

@@ -26,6 +26,7 @@ from broker.meta.base import Delete, Put
 from broker.meta.schema import seg_entry_key
 from broker.partition import PartitionLog, SegmentMeta
 from segments.format import BuiltSegment, iter_batch_frames, partition_prefix
+from segments.joins import join
 from segments.offload import to_thread
 from segments.store import Buffer, put_background
 from segments.writer import build_segment
@@ -37,6 +38,11 @@ log = logging.getLogger(__name__)
 
 # a range of a shared object is merged even alone once it is this old (and merge-min-age)
 SHARED_RELEASE_S = 60.0
+# segments a merge loads from the store at once (the evicted ones of its run). Each load
+# holds a thread of the offloader the flush's PUTs and metadata appends use: 16 at once
+# took all its threads, and a flush cycle waited 20-40 ms behind them
+# (docs/benchmarks.md, "Round 20")
+MERGE_LOADS = 2
 
 # what the plan of a partition follows from, besides time: (changes, log start, folded
 # end) of the partition, and (small bytes, min age, release age) of the settings
@@ -50,10 +56,10 @@ def _build_merged(
     walking a second's worth of batches and copying them blocks for milliseconds, during
     which the event loop would hold back every flush cycle (docs/benchmarks.md,
     "Round 19"); in a thread the interpreter hands the loop the GIL every switch
-    interval, and ``bytes.join`` drops it."""
+    interval, and the copy releases it (``segments.joins``, "Round 20")."""
     views = [view for data in datas for _pos, _first, view in iter_batch_frames(data)]
     built = build_segment(base, views, now_ms, index_interval)
-    return built, b"".join(built.buffers)
+    return built, join(built.buffers)
 
 
 class Merger:
@@ -133,7 +139,7 @@ class Merger:
 
     async def _merge_run(self, lg: PartitionLog, run: list[SegmentMeta]) -> bool:
         logs = self.logs
-        sem = asyncio.Semaphore(self.config.flush_concurrency)
+        sem = asyncio.Semaphore(MERGE_LOADS)
 
         async def fetch(seg: SegmentMeta) -> bytes:
             async with sem:

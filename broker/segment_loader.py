@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from broker.meta.schema import SegmentMeta
 from segments.cache import SegmentCache
 from segments.format import CorruptSegmentError, IndexEntry, iter_batch_frames
+from segments.joins import join
 from segments.offload import to_thread
 from segments.store import Buffer, ObjectStore
 
@@ -161,8 +162,8 @@ class SegmentLoader:
                 parts = await asyncio.gather(
                     *(get(piece.key, a, b, etag) for a, b in ranges(lo, hi, PART))
                 )
-                if sum(len(p) for p in parts) == hi - lo:  # joined off the loop (GIL dropped)
-                    data = await to_thread(b"".join, parts)
+                if sum(len(p) for p in parts) == hi - lo:  # joined off the loop, no GIL
+                    data = await to_thread(join, parts)
         if data is None:
             data = await (
                 get(piece.key, None, None, etag) if whole else get(piece.key, lo, hi, etag)

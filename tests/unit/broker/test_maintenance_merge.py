@@ -129,6 +129,41 @@ async def test_a_merge_of_partly_cached_segments_keeps_every_record_in_order(
     assert await read_all(node.logs, lg) == expected(12)
 
 
+async def test_a_merge_loads_at_most_merge_loads_segments_at_once(
+    node: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A merge of evicted segments loads them ``MERGE_LOADS`` at a time, not all at once:
+    each load holds a thread the flush's PUTs and commits need (docs/benchmarks.md,
+    "Round 20"). Each load yields to the loop before it reads, so all the run's loads
+    would be in the store together if nothing held them back."""
+    from broker.merging import MERGE_LOADS
+
+    await produce(node.logs, 12)
+    lg = await node.logs.get(TOPIC, 0)
+    node.logs.cache.clear()
+    store = node.logs.store
+    read = store.get_buffer  # type: ignore[attr-defined]  # the local store's, not all
+    now = peak = 0
+
+    async def counted(*args: object, **kwargs: object) -> Buffer:
+        nonlocal now, peak
+        now += 1
+        peak = max(peak, now)
+        try:
+            for _ in range(5):  # let every other load that may start, start
+                await asyncio.sleep(0)
+            return await read(*args, **kwargs)
+        finally:
+            now -= 1
+
+    monkeypatch.setattr(store, "get_buffer", counted)
+    await maint(node).run_once()
+    assert [(s.base, s.last) for s in lg.segments] == [(0, 23)]
+    assert peak == MERGE_LOADS == 2
+    node.logs.cache.clear()
+    assert await read_all(node.logs, lg) == expected(12)
+
+
 async def test_a_merged_segment_above_the_tier_floor_waits_for_as_many_newer_bytes(
     tmp_path: Path,
 ) -> None:
