@@ -7,6 +7,7 @@ worker process (``bench.broker_workers``); per target and phase the median trial
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
@@ -148,9 +149,13 @@ def run_targets(
             specs = {t.name: _phase_specs(t, plan, f"{r}-{uuid.uuid4().hex[:6]}") for t in targets}
             for phase in PHASES:
                 for t in targets:
-                    trials[t.name][phase].append(
-                        _run_phase(t, phase, specs[t.name][phase], spy_dir)
-                    )
+                    with contextlib.ExitStack() as quiet:
+                        if phase in PACED:  # latency: no target is scraped meanwhile
+                            for sampler in samplers.values():
+                                quiet.enter_context(sampler.quiet())
+                        trials[t.name][phase].append(
+                            _run_phase(t, phase, specs[t.name][phase], spy_dir)
+                        )
     finally:
         for sampler in samplers.values():
             sampler.stop()

@@ -85,15 +85,29 @@ def flush_interval_ms(extra: list[str], s3: bool) -> float:
 
 @dataclass
 class Sampler:
-    """Samples a process's RSS (every 0.1 s) and the broker's /metrics (every 0.5 s)."""
+    """Samples a process's RSS (every 0.1 s) and the broker's /metrics (every 0.5 s, but
+    not while ``quiet()`` holds: the paced phases measure latency, and a scrape costs the
+    broker ~5-25 ms of CPU on its event loop, by the number of series; docs/benchmarks.md,
+    "Round 21")."""
 
     pid: int
     metrics_url: str | None
     baseline_rss: int = 0
     max_rss: int = 0
     peaks: dict[str, float] = field(default_factory=dict)
+    scrapes: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
+    _quiet: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No /metrics scrape starts while the block runs (RSS is still sampled)."""
+        self._quiet.set()
+        try:
+            yield
+        finally:
+            self._quiet.clear()
 
     def start(self) -> Sampler:
         self.baseline_rss = _status_bytes(self.pid, "VmRSS")
@@ -114,7 +128,8 @@ class Sampler:
         while not self._stop.wait(0.1):
             self.max_rss = max(self.max_rss, _status_bytes(self.pid, "VmRSS"))
             tick += 1
-            if self.metrics_url and tick % 5 == 0:
+            if self.metrics_url and tick % 5 == 0 and not self._quiet.is_set():
+                self.scrapes += 1
                 for name, value in _scrape(self.metrics_url).items():
                     self.peaks[name] = max(self.peaks.get(name, 0.0), value)
 

@@ -1,7 +1,8 @@
 """Where a paced producer's latency tail comes from (docs/benchmarks.md, "Round 19").
 
     python -m bench.paced_tail [--rate 2000] [--seconds 30] [--rounds 3] [--idempotent]
-                               [--burst-mb 0] [--base-tree DIR]
+                               [--burst-mb 0] [--scrape-s 0] [--lag-partitions 0]
+                               [--base-tree DIR]
                                [--broker-arg=--merge-interval-ms=0]
 
 Per trial a fresh broker (local store, embedded metadata; from ``--base-tree`` too, the
@@ -13,20 +14,28 @@ broker's CPU per MB, and the *stalls*: runs of consecutive messages (sent less t
 more. A stall that recurs once per maintenance pass is background work in the way of the
 flush cycles. ``--burst-mb N``: first N MB at full speed to another topic (a plain
 producer, as ``bench.broker``'s produce phase), so that the paced run overlaps the merges
-of its segments (docs/benchmarks.md, "Round 20"). The medians and their ratios close the
-report. Processes are stopped by PID.
+of its segments (docs/benchmarks.md, "Round 20"). ``--scrape-s S``: meanwhile a process
+of its own GETs the broker's ``/metrics`` every S seconds (as Prometheus would; the body
+is read, not parsed; the report gives the lines of the last body). ``--lag-partitions N``:
+first a topic of N partitions, a record in each and a consumer group's offset committed
+on each, so that ``/metrics`` carries a lag series and a committed-offset series per
+partition, as a broker coordinating groups over many partitions does (docs/benchmarks.md,
+"Round 21"). The medians and their ratios close the report. Processes are stopped by PID.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import statistics
-import tempfile
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.alternating import alternate
 from bench.broker_run import create_topics
 from bench.broker_targets import BrokerLimits, base_target, broker_target, cpu_seconds
 
@@ -102,6 +111,63 @@ def burst(bootstrap: str, megabytes: float) -> None:
         raise RuntimeError(f"burst not delivered: {failed[:1] or 'messages left'}")
 
 
+_SCRAPER = """
+import sys, time, urllib.request
+url, every, n = sys.argv[1], float(sys.argv[2]), 0
+while True:
+    time.sleep(every)
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        body = resp.read()
+    n += 1
+    print(n, body.count(b"\\n"), body.count(b"\\nkafscale_group_lag{"), flush=True)
+"""
+
+
+@contextlib.contextmanager
+def scraping(url: str | None, every_s: float) -> Iterator[list[int]]:
+    """GET ``url`` every ``every_s`` seconds from a process of its own (as Prometheus
+    would: not in the producer's process, whose GIL it would share) while the block runs;
+    not at all when ``every_s`` is 0. Yields a list that holds, once the block ends, the
+    number of scrapes, the lines of the last body and its ``kafscale_group_lag`` series.
+    The process is stopped by its PID."""
+    counted: list[int] = []
+    if every_s <= 0:
+        yield counted
+        return
+    if url is None:
+        raise ValueError("the broker serves no /metrics to scrape")
+    proc = subprocess.Popen([sys.executable, "-c", _SCRAPER, url, str(every_s)],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        yield counted
+    finally:
+        proc.terminate()
+        out, _err = proc.communicate(timeout=30)
+        last = out.splitlines()[-1].split() if out.strip() else ["0", "0", "0"]
+        counted.extend(int(v) for v in last)
+
+
+def lagged_group(bootstrap: str, partitions: int) -> None:
+    """A topic ``lagged`` of ``partitions`` partitions with one record in each, and the
+    group ``lagged`` with offset 0 committed on every one (a lag of 1 each)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topics(bootstrap, ["lagged"], partitions)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
+    for part in range(partitions):
+        p.produce("lagged", b"x", partition=part)
+    if p.flush(60):
+        raise RuntimeError("lagged records not delivered")
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lagged",
+                  "enable.auto.commit": False, "log_level": 3})  # fmt: skip
+    try:
+        offsets = [TopicPartition("lagged", part, 0) for part in range(partitions)]
+        c.assign(offsets)
+        c.commit(offsets=offsets, asynchronous=False)
+    finally:
+        c.close()
+
+
 def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     limits = BrokerLimits()
     extra = list(args.broker_arg)
@@ -111,8 +177,11 @@ def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[st
         create_topics(t.bootstrap, ["paced", "burst"], 1)
         if args.burst_mb:
             burst(t.bootstrap, args.burst_mb)
+        if args.lag_partitions:
+            lagged_group(t.bootstrap, args.lag_partitions)
         cpu = cpu_seconds(t.pid)
-        res = produce(t.bootstrap, args.rate, args.seconds, args.idempotent)
+        with scraping(t.metrics_url, args.scrape_s) as scrapes:
+            res = produce(t.bootstrap, args.rate, args.seconds, args.idempotent)
         cpu = cpu_seconds(t.pid) - cpu
     lat = sorted(latency for _sent, latency in res)
     runs = stalls(res)
@@ -123,13 +192,17 @@ def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[st
         "cpu_ms_mb": 1000 * cpu / (len(lat) * 1024 / 1e6),
         "stalls": float(len(runs)),
         "stalls_20": float(sum(n >= 20 for n in runs)),
+        "scrapes": float(scrapes[0]) if scrapes else 0.0,
+        "scrape_lines": float(scrapes[1]) if scrapes else 0.0,
+        "lag_series": float(scrapes[2]) if scrapes else 0.0,
     }
 
 
 def _fmt(r: dict[str, float]) -> str:
     return (f"p50 {r['p50_ms']:.1f} / p99 {r['p99_ms']:.1f} / max {r['max_ms']:.1f} ms, "
             f"CPU {r['cpu_ms_mb']:.1f} ms/MB, {r['stalls']:.0f} stalls "
-            f"({r['stalls_20']:.0f} of 20+ messages)")  # fmt: skip
+            f"({r['stalls_20']:.0f} of 20+ messages), {r['scrapes']:.0f} scrapes "
+            f"of {r['scrape_lines']:.0f} lines")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,29 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idempotent", action="store_true")
     ap.add_argument("--burst-mb", type=float, default=0.0,
                     help="MB at full speed to another topic just before the paced run")  # fmt: skip
+    ap.add_argument("--scrape-s", type=float, default=0.0,
+                    help="GET the broker's /metrics this often during the paced run")  # fmt: skip
+    ap.add_argument("--lag-partitions", type=int, default=0,
+                    help="a group's lag on this many partitions, in /metrics")  # fmt: skip
     ap.add_argument("--base-tree", type=Path, help="another source tree, run alongside")
     ap.add_argument("--broker-arg", action="append", default=[], help="extra broker flag")
     args = ap.parse_args(argv)
-    trees: list[tuple[str, Path | None]] = [("this tree", None)]
-    if args.base_tree is not None:
-        trees.append(("base", args.base_tree.resolve()))
-    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
-    for rnd in range(args.rounds):
-        order = trees if rnd % 2 == 0 else trees[::-1]
-        for name, tree in order:
-            with tempfile.TemporaryDirectory(prefix="kafscale-paced-") as wd:
-                r = trial(tree, args, Path(wd))
-            results[name].append(r)
-            print(f"round {rnd + 1}, {name}: {_fmt(r)}", flush=True)
-    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-           for name, rs in results.items()}  # fmt: skip
-    for name, m in med.items():
-        print(f"median, {name}: {_fmt(m)}")
-    if "base" in med:
-        ours, base = med["this tree"], med["base"]
-        keys = ("p99_ms", "max_ms", "cpu_ms_mb")
-        ratios = ", ".join(f"{k} {ours[k] / base[k]:.2f}" for k in keys if base[k])
-        print(f"ratio this tree / base: {ratios}")
+    alternate(lambda tree, wd: trial(tree, args, wd), args.base_tree, args.rounds, _fmt,
+              ("p99_ms", "max_ms", "cpu_ms_mb"), "kafscale-paced-")  # fmt: skip
     return 0
 
 

@@ -7,11 +7,14 @@ the lag of each committed partition (the committed log end minus the committed o
 Log ends come from this broker's own logs for the partitions it owns and from the
 metadata store's end keys for the rest (one transaction per ``max_txn_ops`` partitions).
 At most ``--lag-metrics-max-partitions`` lag series are exported (groups in name order,
-partitions in order); ``kafscale_group_lag_partitions_omitted`` counts the rest.
+partitions in order); ``kafscale_group_lag_partitions_omitted`` counts the rest. The
+offsets are decoded and the series built a few hundred at a time, with a turn of the event
+loop between (docs/benchmarks.md, "Round 21").
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATES = tuple(s.value for s in GroupState)
+#: partitions whose series are built between two turns of the event loop (~10 us each)
+ROWS_PER_TURN = 200
 
 
 class GroupMetrics(Collector):
@@ -96,11 +101,13 @@ class GroupMetrics(Collector):
                         continue
                     rows.append((gid, tp.topic, tp.partition, rec.offset))
         ends = await self._log_ends({(t, p) for _g, t, p, _o in rows})
-        for gid, topic, partition, offset in rows:
+        for i, (gid, topic, partition, offset) in enumerate(rows, 1):
             labels = [gid, topic, str(partition)]
             committed.add_metric(labels, offset)
             if offset >= 0:  # a partition never written to has no end key: its end is 0
                 lag.add_metric(labels, max(0, ends.get((topic, partition), 0) - offset))
+            if i % ROWS_PER_TURN == 0:  # thousands of partitions: let requests run between
+                await asyncio.sleep(0)
         dropped = GaugeMetricFamily(
             PREFIX + "group_lag_partitions_omitted",
             "Committed partitions left out of kafscale_group_lag by --lag-metrics-max-partitions.",

@@ -42,6 +42,9 @@ from groupcoord.model import (
     TopicPartition,
 )
 
+#: committed offsets decoded between two turns of the event loop (~4 us each)
+DECODES_PER_TURN = 256
+
 
 class MetaGroupStore:
     """``groupcoord.GroupStore`` over a ``MetaStore`` (embedded or etcd)."""
@@ -177,9 +180,11 @@ class MetaGroupStore:
     async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, OffsetRecord]:
         prefix = group_prefix(group_id) + "offsets/"
         result: dict[TopicPartition, OffsetRecord] = {}
-        for kv in await self._meta.range(prefix):
+        for i, kv in enumerate(await self._meta.range(prefix), 1):
             topic, _, partition = kv.key[len(prefix) :].rpartition("/")
             result[TopicPartition(topic, int(partition))] = OffsetRecord.from_json(kv.value)
+            if i % DECODES_PER_TURN == 0:  # a group of thousands of partitions: let others run
+                await asyncio.sleep(0)
         return result
 
     async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> None:

@@ -9,7 +9,8 @@
 - ``/readyz`` (readiness): 200 while the broker is registered and serving (started, and
   its lease confirmed by the metadata store), 503 otherwise;
 - ``/metrics``: Prometheus (or OpenMetrics, by ``Accept``) text from :mod:`broker.metrics`
-  (consumer-group figures are recomputed first, within ``GROUP_REFRESH_S``);
+  (consumer-group figures are recomputed first, within ``GROUP_REFRESH_S``), rendered a
+  chunk at a time between turns of the event loop;
 - ``/registry/...``: the schema registry (Confluent REST API, :mod:`broker.registry.api`),
   behind HTTP Basic auth with ``--registry-auth basic`` (:mod:`broker.registry.auth`).
 
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from broker.metrics import broker_registry, exposition
+from broker.metrics import broker_registry, exposition_async
 from broker.registry.api import RegistryApi
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class HttpServer:
                 await self.broker.group_metrics.refresh()
         except TimeoutError:
             log.warning("consumer-group metrics took over %.0f s; served the last", GROUP_REFRESH_S)
-        body, content_type = exposition(self.registry, request.headers.get("Accept"))
+        body, content_type = await exposition_async(self.registry, request.headers.get("Accept"))
         return web.Response(body=body, headers={"Content-Type": content_type})
 
 

@@ -13,6 +13,8 @@ exported too (with a generic HELP line) until it gets an entry in the tables bel
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -249,8 +251,86 @@ def broker_registry(broker: Broker) -> CollectorRegistry:
     return registry
 
 
-def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+#: samples rendered between two turns of the event loop in :func:`exposition_async`
+#: (~7 us each: a chunk holds the loop for about 1.5 ms)
+CHUNK_SAMPLES = 200
+_OPENMETRICS = "application/openmetrics-text"
+_MOVED_TO_THE_END = ("_created", "_gsum", "_gcount")
+
+
+def exposition(registry: Collector, accept: str | None) -> tuple[bytes, str]:
     """The scrape body and its content type, in the format the ``Accept`` header asks for
-    (Prometheus text, or OpenMetrics)."""
+    (Prometheus text, or OpenMetrics), in one piece."""
     encoder, content_type = choose_encoder(accept or "")
     return encoder(registry), content_type
+
+
+async def exposition_async(registry: Collector, accept: str | None) -> tuple[bytes, str]:
+    """The same body as :func:`exposition`, rendered ``CHUNK_SAMPLES`` samples at a time
+    with a turn of the event loop between two chunks: in one piece, a broker with a few
+    thousand series (histograms per API and version, lag per partition) held its loop
+    for ~16 ms per scrape, and every produce waiting on it with it (docs/benchmarks.md,
+    "Round 21"). A family larger than a chunk is cut between its samples, its HELP/TYPE
+    lines kept on the first piece only. Families are collected as the rendering goes
+    (each one a consistent snapshot of itself, as in one piece)."""
+    encoder, content_type = choose_encoder(accept or "")
+    eof = b"# EOF\n" if content_type.startswith(_OPENMETRICS) else b""
+    parts: list[bytes] = []
+    batch: list[Metric] = []
+    size = 0
+    for metric in registry.collect():
+        for piece, first in _pieces(metric):
+            if first:
+                batch.append(piece)
+                size += len(piece.samples)
+                if size < CHUNK_SAMPLES:
+                    continue
+                parts.append(_render(encoder, batch, eof))
+                batch, size = [], 0
+            else:  # follows its family's first piece, which filled the chunk just written
+                parts.append(_render(encoder, [piece], eof, headers=False))
+            await asyncio.sleep(0)
+    parts.append(_render(encoder, batch, eof))
+    parts.append(eof)
+    return b"".join(parts), content_type
+
+
+def _pieces(metric: Metric) -> Iterator[tuple[Metric, bool]]:
+    """``metric`` in pieces of at most ``CHUNK_SAMPLES`` samples, each with whether it is
+    the family's first. A family with OpenMetrics-only samples (``_created``, ``_gsum``,
+    ``_gcount``; none of this broker's) is not cut: the Prometheus text encoder moves
+    them to the end of their family, which would then be the end of each piece."""
+    samples = metric.samples
+    extras = {metric.name + suffix for suffix in _MOVED_TO_THE_END}
+    if len(samples) <= CHUNK_SAMPLES or any(s.name in extras for s in samples):
+        yield metric, True
+        return
+    for start in range(0, len(samples), CHUNK_SAMPLES):
+        piece = copy.copy(metric)
+        piece.samples = samples[start : start + CHUNK_SAMPLES]
+        yield piece, start == 0
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+def _render(
+    encoder: Callable[[Collector], bytes], families: list[Metric], eof: bytes, headers: bool = True
+) -> bytes:
+    """``families`` in the encoder's format, without its closing ``# EOF`` (written once
+    at the end); ``headers=False``: a cut family's continuation, its HELP/TYPE lines left
+    out."""
+    if not families:
+        return b""
+    body = encoder(_Families(families))
+    if eof and body.endswith(eof):
+        body = body[: -len(eof)]
+    if not headers:
+        while body.startswith(b"# "):
+            body = body[body.index(b"\n") + 1 :]
+    return body

@@ -158,5 +158,6 @@ class Telemetry(Collector):
         return family
 
     def collect(self) -> Iterator[Metric]:
-        for family in self.families.values():
+        # a copy: /metrics renders between turns of the event loop, which may add a family
+        for family in list(self.families.values()):
             yield family.collect()

@@ -13,7 +13,15 @@ from bench.paced_tail import burst, trial
 
 
 def test_a_short_paced_trial_measures_the_broker(tmp_path: Path) -> None:
-    args = argparse.Namespace(rate=300.0, seconds=2.0, idempotent=True, burst_mb=0, broker_arg=[])
+    args = argparse.Namespace(
+        rate=300.0,
+        seconds=2.0,
+        idempotent=True,
+        burst_mb=0,
+        scrape_s=0,
+        lag_partitions=0,
+        broker_arg=[],
+    )
     r = trial(None, args, tmp_path / "b")
     assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
     assert r["cpu_ms_mb"] > 0
@@ -31,10 +39,21 @@ def test_a_burst_delivers_every_message_before_it_returns(tmp_path: Path) -> Non
 
 def test_a_trial_after_a_burst_still_measures_every_paced_message(tmp_path: Path) -> None:
     args = argparse.Namespace(rate=300.0, seconds=1.0, idempotent=False, burst_mb=1.0,
-                              broker_arg=[])  # fmt: skip
+                              scrape_s=0, lag_partitions=0, broker_arg=[])  # fmt: skip
     r = trial(None, args, tmp_path / "b")
     assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
     assert r["cpu_ms_mb"] > 0
+    assert r["scrapes"] == 0
+
+
+def test_a_trial_with_scrapes_gets_the_lag_metrics_while_it_produces(tmp_path: Path) -> None:
+    args = argparse.Namespace(rate=300.0, seconds=2.0, idempotent=True, burst_mb=0,
+                              scrape_s=0.2, lag_partitions=60, broker_arg=[])  # fmt: skip
+    r = trial(None, args, tmp_path / "b")
+    assert r["scrapes"] >= 1  # at least one whole body read while the producer ran
+    assert r["lag_series"] == 60  # the group's lag, a series per partition
+    assert r["scrape_lines"] > 2 * 60  # and a committed-offset series each
+    assert 0 < r["p50_ms"] <= r["p99_ms"]
 
 
 def _end(bootstrap: str, topic: str) -> int:
