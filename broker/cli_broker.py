@@ -217,6 +217,13 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
     ),
     ("lease-ttl", "lease_ttl_s", int, "metadata lease TTL in seconds (default 10)"),
     (
+        "gc-thaw-interval-s",
+        "gc_thaw_interval_s",
+        int,
+        "objects surviving a full garbage collection are frozen out of later ones, and "
+        "thawed and collected this often (default 3600; 0: Python's own collector)",
+    ),
+    (
         "group-min-session-timeout-ms",
         "group_min_session_timeout_ms",
         int,

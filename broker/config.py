@@ -77,6 +77,9 @@ class BrokerConfig:
     compaction_max_bytes_per_sec: int = 0
     # cluster (docs/architecture.md, ownership)
     lease_ttl_s: int = 10
+    # the process's garbage collector (broker/gc_policy.py): survivors of a full collection
+    # are frozen, everything is thawed and collected this often (0: Python's collector)
+    gc_thaw_interval_s: int = 3600
     # groups (issue 3)
     offsets_retention_minutes: int = 7 * 24 * 60
     group_min_session_timeout_ms: int = 6000

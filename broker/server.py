@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import re
@@ -18,6 +17,7 @@ from broker.cluster import Cluster
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.fetch_sessions import FetchSessionCache
+from broker.gc_policy import GcPolicy
 from broker.group_metrics import GroupMetrics
 from broker.group_store import MetaGroupStore
 from broker.handlers.routes import build_routes
@@ -303,25 +303,14 @@ def _redact(url: str) -> str:
 CLIENT_DELIVERY_TIMEOUT_MS = 120_000
 
 
-def freeze_startup_objects() -> int:
-    """Collect the garbage of the start-up, then move every object alive now (modules,
-    classes, functions, the configuration, the broker's long-lived state) out of the
-    cyclic collector's reach (``gc.freeze``); returns how many were frozen. A full
-    collection then walks only what was made since: on the project's VM a paced
-    producer's slowest delivery fell from ~100 to ~35 ms, the full collections of a
-    broker under load from 40-75 ms to ~5 ms (docs/benchmarks.md, "Round 19"). Reference
-    counting still frees a frozen object; only one that later becomes garbage inside a
-    reference cycle is never collected (start-up state lives as long as the broker)."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()
-
-
 async def serve(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, then shut down cleanly (flush + release)."""
     broker = Broker(config)
     await broker.start()
-    log.debug("%d start-up objects frozen for the garbage collector", freeze_startup_objects())
+    gc_policy = GcPolicy(config.gc_thaw_interval_s) if config.gc_thaw_interval_s > 0 else None
+    if gc_policy is not None:
+        log.debug("%d start-up objects frozen for the garbage collector", gc_policy.install())
+        thaws = asyncio.create_task(gc_policy.run(), name="gc-thaws")
     log.info(
         "kafscale broker %d serving %s:%d (advertised %s:%d), store %s, metadata %s",
         config.node_id,
@@ -356,4 +345,6 @@ async def serve(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: flushing buffers and releasing partitions")
+    if gc_policy is not None:
+        thaws.cancel()  # what is frozen stays so: a thaw now would be one long pause
     await broker.stop()

@@ -131,6 +131,8 @@ def test_broker_defaults() -> None:
     assert config.readahead_bytes == default.readahead_bytes == 24 * 1024 * 1024
     assert config_from_args(["--readahead-bytes", "0"])[0].readahead_bytes == 0
     assert config.merge_min_segments == default.merge_min_segments == 4
+    assert config.gc_thaw_interval_s == default.gc_thaw_interval_s == 3600
+    assert config_from_args(["--gc-thaw-interval-s", "0"])[0].gc_thaw_interval_s == 0
 
 
 def test_broker_env_fallback_and_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.partition import PartitionLog
 from broker.server import Broker
 from protocol.batch import iter_batches
 from protocol.records import decode_batch
@@ -321,3 +322,44 @@ async def test_fenced_merge_commits_nothing_and_deletes_nothing(
     after = objects(tmp_path)
     assert names < after
     assert [span(n) for n in after - names if n.endswith(".kfs")] == [(0, 9)]
+
+
+async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Path) -> None:
+    """A pass awaits nothing for an idle partition (the first pass over new ones does);
+    over many it still gives the loop a turn every PARTITIONS_PER_TURN partitions, and
+    looks at every one of them."""
+    from broker.maintenance import PARTITIONS_PER_TURN
+
+    b = Broker(config(tmp_path))
+    await b.start()
+    try:
+        n = 3 * PARTITIONS_PER_TURN
+        await b.topics.create("many", n)
+        for p in range(n):
+            await b.logs.get("many", p)
+        m = maint(b)
+        await m.run_once()  # what new partitions do once (nothing is due after it)
+        looked: list[tuple[str, int]] = []
+        maintain = m._maintain
+
+        async def counting(lg: PartitionLog, retention: bool, expiry: int | None) -> None:
+            looked.append((lg.topic, lg.partition))
+            await maintain(lg, retention, expiry)
+
+        m._maintain = counting  # type: ignore[method-assign]
+        turns = 0
+        running = True
+
+        def tick() -> None:
+            nonlocal turns
+            turns += 1
+            if running:
+                asyncio.get_running_loop().call_soon(tick)
+
+        asyncio.get_running_loop().call_soon(tick)
+        await m.run_once()
+        running = False
+        assert sorted(looked) == [("many", p) for p in range(n)]
+        assert turns >= n // PARTITIONS_PER_TURN
+    finally:
+        await b.stop()
