@@ -170,6 +170,14 @@ class Compactor:
     def forget(self, lg: PartitionLog) -> None:
         self.gauges.pop((lg.topic, lg.partition), None)
 
+    def idle(self, lg: PartitionLog) -> bool:
+        """Whether ``maybe_compact`` has nothing to look at: ``lg``'s topic is not
+        compacted (what it keeps of the partition is dropped, as ``maybe_compact`` does)."""
+        if self.topic_config(lg) is not None:
+            return False
+        self.forget(lg)
+        return True
+
     async def maybe_compact(self, lg: PartitionLog, now_ms: int | None = None) -> bool:
         """Run a pass when the partition is due; returns whether one committed."""
         cfg = self.topic_config(lg)

@@ -12,8 +12,9 @@ import pytest
 
 from broker.partition import PartitionLog
 from broker.server import Broker
-from protocol.batch import iter_batches
-from protocol.records import decode_batch
+from protocol.batch import iter_batches, read_header
+from protocol.errors import ErrorCode
+from protocol.records import build_batch, decode_batch
 from segments.format import (
     SEGMENT_VERSION,
     index_key_for,
@@ -325,9 +326,10 @@ async def test_fenced_merge_commits_nothing_and_deletes_nothing(
 
 
 async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Path) -> None:
-    """A pass awaits nothing for an idle partition (the first pass over new ones does);
-    over many it still gives the loop a turn every PARTITIONS_PER_TURN partitions, and
-    looks at every one of them."""
+    """A pass over many owned partitions gives the loop a turn every PARTITIONS_PER_TURN
+    of them and considers every one; an idle one (nothing to merge, compact or snapshot)
+    is skipped without ``_maintain``; one of a compacted topic, one whose producer
+    snapshot is due and one that got a new segment are looked at."""
     from broker.maintenance import PARTITIONS_PER_TURN
 
     b = Broker(config(tmp_path))
@@ -335,17 +337,25 @@ async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Pat
     try:
         n = 3 * PARTITIONS_PER_TURN
         await b.topics.create("many", n)
+        await b.topics.create("compacted", 1, {"cleanup.policy": "compact"})
         for p in range(n):
             await b.logs.get("many", p)
+        await b.logs.get("compacted", 0)
         m = maint(b)
         await m.run_once()  # what new partitions do once (nothing is due after it)
+        considered: list[tuple[str, int]] = []
         looked: list[tuple[str, int]] = []
-        maintain = m._maintain
+        idle, maintain = m._idle, m._maintain
+
+        def counting_idle(lg: PartitionLog, mono: float) -> bool:
+            considered.append((lg.topic, lg.partition))
+            return idle(lg, mono)
 
         async def counting(lg: PartitionLog, retention: bool, expiry: int | None) -> None:
             looked.append((lg.topic, lg.partition))
             await maintain(lg, retention, expiry)
 
+        m._idle = counting_idle  # type: ignore[method-assign]
         m._maintain = counting  # type: ignore[method-assign]
         turns = 0
         running = True
@@ -359,7 +369,22 @@ async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Pat
         asyncio.get_running_loop().call_soon(tick)
         await m.run_once()
         running = False
-        assert sorted(looked) == [("many", p) for p in range(n)]
+        assert sorted(considered) == [("compacted", 0)] + [("many", p) for p in range(n)]
+        assert looked == [("compacted", 0)]  # the compactor looks at its own each pass
         assert turns >= n // PARTITIONS_PER_TURN
+        looked.clear()
+        (await b.logs.get("many", 7)).snapshot_upto = -2  # its producer snapshot is due
+        await m.run_once()
+        assert sorted(looked) == [("compacted", 0), ("many", 7)]
+        looked.clear()
+
+        lg = await b.logs.get("many", 5)  # a new segment: a merge may be due now
+        view = memoryview(bytearray(build_batch([(b"k", b"v", [])])))
+        res = lg.append(read_header(view), view)
+        assert res.error == ErrorCode.NONE and res.done is not None
+        b.logs.appended(lg, len(view))
+        await res.done
+        await m.run_once()
+        assert sorted(looked) == [("compacted", 0), ("many", 5)]
     finally:
         await b.stop()
