@@ -30,7 +30,7 @@ from broker.cycles import ChainError
 from broker.flush import Flusher
 from broker.fold import Folder
 from broker.log_metrics import LogMetrics, first_offset, loss_reason
-from broker.maintenance import Maintenance
+from broker.maintenance import PARTITIONS_PER_TURN, Maintenance
 from broker.meta.base import (
     Compare,
     Delete,
@@ -419,11 +419,23 @@ class LogManager:
                 async with asyncio.timeout(interval):
                     await self._reconcile.wait()
             self._reconcile.clear()
-            for (topic, partition), lg in list(self.logs.items()):
-                if lg.state == ACTIVE and not self.cluster.owns_partition(topic, partition):
-                    task = asyncio.create_task(self._hand_off(lg))
-                    self._releases.add(task)
-                    task.add_done_callback(self._releases.discard)
+            await self.reconcile_once()
+
+    async def reconcile_once(self) -> int:
+        """Start the hand-off of every partition held here that hashes to another broker
+        now; returns how many. A turn of the event loop every ``PARTITIONS_PER_TURN``
+        (a rendezvous hash per partition: 4,000 held the loop 5-12 ms in one piece);
+        each partition's state is read when its turn comes."""
+        started = 0
+        for i, ((topic, partition), lg) in enumerate(list(self.logs.items()), 1):
+            if i % PARTITIONS_PER_TURN == 0:
+                await asyncio.sleep(0)
+            if lg.state == ACTIVE and not self.cluster.owns_partition(topic, partition):
+                task = asyncio.create_task(self._hand_off(lg))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
+                started += 1
+        return started
 
     async def _hand_off(self, lg: PartitionLog) -> None:
         lg.state = RELEASING

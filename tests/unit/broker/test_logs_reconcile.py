@@ -1,0 +1,44 @@
+"""broker.logs.LogManager.reconcile_once (the ownership check of every held partition)
+on an in-process broker over a real local-directory store and a real embedded metadata
+store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.server import Broker
+from tests.unit.broker.maintenance_helpers import config
+
+
+async def test_the_ownership_check_over_many_partitions_lets_the_event_loop_run(
+    tmp_path: Path,
+) -> None:
+    """``LogManager.reconcile_once`` hashes every held partition against the live
+    brokers; over many it gives the loop a turn every PARTITIONS_PER_TURN of them, and a
+    single broker hands none of its partitions off."""
+    from broker.maintenance import PARTITIONS_PER_TURN
+
+    b = Broker(config(tmp_path))
+    await b.start()
+    try:
+        n = 3 * PARTITIONS_PER_TURN
+        await b.topics.create("many", n)
+        for p in range(n):
+            await b.logs.get("many", p)
+        turns = 0
+        running = True
+
+        def tick() -> None:
+            nonlocal turns
+            turns += 1
+            if running:
+                asyncio.get_running_loop().call_soon(tick)
+
+        asyncio.get_running_loop().call_soon(tick)
+        assert await b.logs.reconcile_once() == 0
+        running = False
+        assert turns >= n // PARTITIONS_PER_TURN
+        assert len(b.logs.logs) == n
+    finally:
+        await b.stop()
