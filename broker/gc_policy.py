@@ -47,7 +47,9 @@ def freeze_startup_objects() -> int:
 class GcPolicy:
     """Freezes the survivors of every full collection; thaws and collects everything
     every ``thaw_interval_s``. One per process (the collector is): ``install()`` once
-    the broker serves, ``run()`` as a task for the thaws, ``uninstall()`` at the end."""
+    the broker serves, ``run()`` as a task for the thaws (a stopping broker only cancels
+    it: a thaw then would be one more long pause); ``uninstall()`` gives the collector
+    back as it was (tests)."""
 
     def __init__(self, thaw_interval_s: float = DEFAULT_THAW_INTERVAL_S) -> None:
         self.thaw_interval_s = thaw_interval_s

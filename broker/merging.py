@@ -93,31 +93,29 @@ class Merger:
             del self._seen[tp]
             self._quiet.pop(tp, None)
 
-    def quiet(self, lg: PartitionLog, now: float, look: _Look | None = None) -> bool:
+    def _look(self, lg: PartitionLog) -> _Look:
+        """What a look at ``lg`` plans from: its segments' changes and the settings."""
+        cfg = self.config
+        min_age = cfg.merge_min_age_ms / 1000
+        return (lg.changes, lg.log_start, lg.folded, cfg.merge_small_bytes, min_age,
+                max(min_age, SHARED_RELEASE_S))  # fmt: skip
+
+    def quiet(self, lg: PartitionLog, now: float) -> bool:
         """Whether a look at ``lg`` now would plan nothing: it had nothing to merge at the
         last look, nothing changed since and no segment has come of age (the maintenance
         pass skips such partitions without a coroutine; ``merge_partition`` returns 0)."""
         quiet = self._quiet.get((lg.topic, lg.partition))
-        if quiet is None or quiet[0] is not lg or now >= quiet[2]:
-            return False
-        if look is None:
-            cfg = self.config
-            min_age = cfg.merge_min_age_ms / 1000
-            look = (lg.changes, lg.log_start, lg.folded, cfg.merge_small_bytes, min_age,
-                    max(min_age, SHARED_RELEASE_S))  # fmt: skip
-        return quiet[1] == look
+        return (quiet is not None and quiet[0] is lg and now < quiet[2]
+                and quiet[1] == self._look(lg))  # fmt: skip
 
     async def merge_partition(self, lg: PartitionLog, now: float | None = None) -> int:
         """Merge every eligible run of small segments of ``lg``; returns runs merged.
         ``now``: the monotonic clock as this look reads it (tests)."""
-        cfg = self.config
         now = time.monotonic() if now is None else now
-        tp = (lg.topic, lg.partition)
-        small, min_age = cfg.merge_small_bytes, cfg.merge_min_age_ms / 1000
-        release_age = max(min_age, SHARED_RELEASE_S)
-        look = (lg.changes, lg.log_start, lg.folded, small, min_age, release_age)
-        if self.quiet(lg, now, look):
+        if self.quiet(lg, now):
             return 0  # nothing changed and no segment came of age since the last look
+        cfg, tp, look = self.config, (lg.topic, lg.partition), self._look(lg)
+        small, min_age, release_age = look[3:]
         self.stats["merge_plans"] += 1
         old = self._seen.get(tp, {})
         seen = {b: old.get(b, now) for b in lg.bases}

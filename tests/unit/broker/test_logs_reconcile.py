@@ -4,10 +4,10 @@ store."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from broker.server import Broker
+from tests.unit.broker.loop_turns import counting_turns
 from tests.unit.broker.maintenance_helpers import config
 
 
@@ -26,19 +26,9 @@ async def test_the_ownership_check_over_many_partitions_lets_the_event_loop_run(
         await b.topics.create("many", n)
         for p in range(n):
             await b.logs.get("many", p)
-        turns = 0
-        running = True
-
-        def tick() -> None:
-            nonlocal turns
-            turns += 1
-            if running:
-                asyncio.get_running_loop().call_soon(tick)
-
-        asyncio.get_running_loop().call_soon(tick)
-        assert await b.logs.reconcile_once() == 0
-        running = False
-        assert turns >= n // PARTITIONS_PER_TURN
+        with counting_turns() as turns:
+            assert await b.logs.reconcile_once() == 0
+        assert turns.count >= n // PARTITIONS_PER_TURN
         assert len(b.logs.logs) == n
     finally:
         await b.stop()

@@ -25,6 +25,7 @@ from segments.format import (
 from segments.store import Buffer, ObjectInfo, ObjectNotFoundError, ObjectStore
 from segments.validate import validate_segment
 from segments.writer import build_segment
+from tests.unit.broker.loop_turns import counting_turns
 from tests.unit.broker.maintenance_helpers import (
     TOPIC,
     config,
@@ -357,21 +358,11 @@ async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Pat
 
         m._idle = counting_idle  # type: ignore[method-assign]
         m._maintain = counting  # type: ignore[method-assign]
-        turns = 0
-        running = True
-
-        def tick() -> None:
-            nonlocal turns
-            turns += 1
-            if running:
-                asyncio.get_running_loop().call_soon(tick)
-
-        asyncio.get_running_loop().call_soon(tick)
-        await m.run_once()
-        running = False
+        with counting_turns() as turns:
+            await m.run_once()
         assert sorted(considered) == [("compacted", 0)] + [("many", p) for p in range(n)]
         assert looked == [("compacted", 0)]  # the compactor looks at its own each pass
-        assert turns >= n // PARTITIONS_PER_TURN
+        assert turns.count >= n // PARTITIONS_PER_TURN
         looked.clear()
         (await b.logs.get("many", 7)).snapshot_upto = -2  # its producer snapshot is due
         await m.run_once()

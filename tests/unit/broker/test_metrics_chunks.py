@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from broker.metrics import CHUNK_SAMPLES, exposition, exposition_async
 from broker.telemetry import Telemetry
+from tests.unit.broker.loop_turns import counting_turns
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -74,21 +75,10 @@ async def test_the_chunked_body_is_the_body_in_one_piece(accept: str | None) -> 
 
 async def test_the_event_loop_runs_between_chunks() -> None:
     registry, _tel, samples = _registry()
-    turns = 0
-
-    def tick() -> None:
-        nonlocal turns
-        turns += 1
-        if not done:
-            loop.call_soon(tick)
-
-    loop = asyncio.get_running_loop()
-    done = False
-    loop.call_soon(tick)
-    await exposition_async(registry, None)
-    done = True
+    with counting_turns() as turns:
+        await exposition_async(registry, None)
     # one turn at least per full chunk of samples (a family is cut to fill them)
-    assert turns >= samples // CHUNK_SAMPLES - 1
+    assert turns.count >= samples // CHUNK_SAMPLES - 1
 
 
 async def test_a_family_added_while_it_renders_does_not_break_the_scrape() -> None:
