@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench.fs_probe import bench_dir
+
 Trial = Callable[[Path | None, Path], dict[str, float]]
 
 
@@ -28,7 +30,7 @@ def alternate(
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
     for rnd in range(rounds):
         for name, tree in trees if rnd % 2 == 0 else trees[::-1]:
-            with tempfile.TemporaryDirectory(prefix=prefix) as wd:
+            with tempfile.TemporaryDirectory(prefix=prefix, dir=bench_dir()) as wd:
                 r = trial(tree, Path(wd))
             results[name].append(r)
             print(f"round {rnd + 1}, {name}: {fmt(r)}", flush=True)

@@ -25,7 +25,6 @@ import contextlib
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from bench.broker_plot import plot
@@ -46,6 +45,7 @@ from bench.broker_targets import (
     s3_target,
 )
 from bench.broker_workers import worker_main
+from bench.fs_probe import creation_ms, describe, new_workdir
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,37 +137,44 @@ def main(argv: list[str] | None = None) -> int:
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
     rounds = args.rounds or (1 if args.quick else 3)
-    workdir = Path(tempfile.mkdtemp(prefix="kafscale-bench-"))
+    workdir = new_workdir("kafscale-bench-")
     try:
         with contextlib.ExitStack() as stack:
             targets = [_open_target(n, stack, workdir, limits, args) for n in names]
+            create_ms = creation_ms(workdir)  # printed with every report (bench/fs_probe.py)
             if args.sweep:
-                return _sweep(targets, plan, args)
+                return _sweep(targets, plan, args, create_ms)
             if args.partition_sweep:
                 counts = [int(c) for c in args.partition_sweep.split(",")]
                 sweep = run_partition_sweep(targets, counts, plan.messages, args.sweep_client)
+                print(describe(create_ms))
                 if args.json is not None:
-                    args.json.write_text(json.dumps({"partition_sweep": sweep}, indent=1))
+                    out = {"partition_sweep": sweep, "fs_create_ms": create_ms}
+                    args.json.write_text(json.dumps(out, indent=1))
                 return 0
             results = run_targets(targets, plan, rounds, args.py_spy)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(format_table(results, plan))
+    print(describe(create_ms))
     if args.json is not None:
-        args.json.write_text(json.dumps({"plan": plan.__repr__(), "results": results}, indent=1))
+        out = {"plan": plan.__repr__(), "results": results, "fs_create_ms": create_ms}
+        args.json.write_text(json.dumps(out, indent=1))
     return 0
 
 
-def _sweep(targets: list[Target], plan: Plan, args: argparse.Namespace) -> int:
+def _sweep(targets: list[Target], plan: Plan, args: argparse.Namespace, create_ms: float) -> int:
     rates = [int(r) for r in args.sweep.split(",")]
     for t in targets:
         warm_up(t, plan)
     sweep = run_sweep(targets, plan, rates, args.sweep_seconds)
     print()
     print(format_sweep(sweep))
+    print(describe(create_ms))
     if args.json is not None:
-        args.json.write_text(json.dumps({"plan": repr(plan), "sweep": sweep}, indent=1))
+        out = {"plan": repr(plan), "sweep": sweep, "fs_create_ms": create_ms}
+        args.json.write_text(json.dumps(out, indent=1))
     if args.plot is not None and plot(
         sweep,
         args.plot,

@@ -23,7 +23,6 @@ import contextlib
 import math
 import statistics
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from bench.broker_run import MSG_SIZE, create_topics
 from bench.broker_targets import BrokerLimits, Target, base_target, broker_target, cpu_seconds
 from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
+from bench.fs_probe import new_workdir
 
 PACED = ("paced", "paced_plain")
 PLAIN = ("plain", "paced_plain", "java_plain")  # the modes without idempotence
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         help="thread switch interval of this tree's broker (bench.cycles_broker)",
     )
     args = p.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-"))
+    workdir = new_workdir("kafscale-ab-")
     limits = BrokerLimits()
     with contextlib.ExitStack() as stack:
         base = stack.enter_context(base_target(workdir / "base", args.base_tree, limits, []))

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,6 +45,7 @@ from bench.broker_targets import (
     flush_interval_ms,
 )
 from bench.broker_workers import run_worker
+from bench.fs_probe import new_workdir
 
 
 @contextlib.contextmanager
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--broker-arg", action="append", default=[], help="a flag for both")
     p.add_argument("--base-arg", action="append", default=[], help="a flag for base only")
     args = p.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="kafscale-ab-s3-"))
+    workdir = new_workdir("kafscale-ab-s3-")
     limits = BrokerLimits()
     with contextlib.ExitStack() as stack:
         endpoint = stack.enter_context(run_seaweedfs(S3_VOLUME_MB))

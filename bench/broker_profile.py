@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from bench.broker_run import MSG_SIZE, create_topics, warm_up
 from bench.broker_run import QUICK as PLAN
 from bench.broker_targets import BrokerLimits, Target, base_target, broker_target, cpu_seconds
 from bench.broker_workers import run_worker
+from bench.fs_probe import new_workdir
 
 GIL_ONLY = False  # --gil: only the thread holding the GIL (the Python CPU)
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<where>[^()]*?)(?::\d+)?\)$")
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     global GIL_ONLY
     GIL_ONLY = args.gil
-    workdir = Path(tempfile.mkdtemp(prefix="kafscale-prof-"))
+    workdir = new_workdir("kafscale-prof-")
     outdir = args.keep or workdir / "spy"
     outdir.mkdir(parents=True, exist_ok=True)
     limits = BrokerLimits()

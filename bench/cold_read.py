@@ -24,7 +24,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from bench.broker_run import create_topics
 from bench.broker_targets import Target, built_extensions, cpu_seconds, profiled
 from bench.broker_workers import run_worker
+from bench.fs_probe import new_workdir
 
 MSG = 1024
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--broker-arg", action="append", default=[],
                    help="extra flag for this tree's broker (e.g. --readahead-bytes=0)")  # fmt: skip
     args = p.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="kafscale-cold-"))
+    work = new_workdir("kafscale-cold-")
     limits = ["--cache-bytes", str(64 << 20), "--log-level", "WARNING", "--merge-min-age-ms", "0"]
     with run_seaweedfs() as ep:
         bucket = create_bucket(ep)

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.fs_probe import bench_dir
 from broker.meta.base import Compare, MetaStore, Put
 from broker.meta.embedded import EmbeddedStore
 from broker.meta.schema import end_key, owner_key, seg_entry_key
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, default=200, help="commit phases per mode")
     args = p.parse_args(argv)
     counts = [int(c) for c in args.partitions.split(",") if c.strip()]
-    with tempfile.TemporaryDirectory(prefix="kafscale-commit-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kafscale-commit-", dir=bench_dir()) as tmp:
         asyncio.run(run(counts, args.cycles, Path(tmp)))
     return 0
 

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.fs_probe import bench_dir
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 
 FAST = ["--merge-interval-ms", "200", "--segment-delete-grace-ms", "2000"]
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.mb = 64.0
     lines = []
-    with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-compaction-", dir=bench_dir()) as tmp:
         for name in args.targets.split(","):
             with target(name, Path(tmp)) as (b, metrics):
                 c = compaction_run(b, metrics, args)

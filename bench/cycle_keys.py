@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.fs_probe import bench_dir
 from broker.meta.base import Compare, MetaStore, Op, TxnResult, open_meta
 from broker.partition import PartitionLog
 from broker.server import Broker
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     counts = [int(c) for c in args.partitions.split(",") if c.strip()]
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    with tempfile.TemporaryDirectory(prefix="kafscale-cycles-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kafscale-cycles-", dir=bench_dir()) as tmp:
         asyncio.run(run(stores, counts, args.cycles, Path(tmp)))
     return 0
 

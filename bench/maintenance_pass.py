@@ -29,6 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.fs_probe import bench_dir
+
 REPO = Path(__file__).resolve().parents[1]
 HOUR_MS = 3_600_000
 
@@ -86,7 +88,7 @@ async def measure(tmp: Path, partitions: int, segments: int, passes: int) -> dic
 
 
 def _child(partitions: int, segments: int, passes: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="maintenance-pass-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="maintenance-pass-", dir=bench_dir()) as tmp:
         print(json.dumps(asyncio.run(measure(Path(tmp), partitions, segments, passes))))
 
 

@@ -47,6 +47,7 @@ from bench.broker_targets import (
     quiesce,
 )
 from bench.broker_workers import run_worker
+from bench.fs_probe import bench_dir
 from bench.takeover import metric
 
 MSG = 1024
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
           f"per partition) for {args.seconds:.0f} s, layout {args.layout}, store {args.store}",
           flush=True)  # fmt: skip
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
-    with tempfile.TemporaryDirectory(prefix="kafscale-merge-rewrites-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kafscale-merge-rewrites-", dir=bench_dir()) as tmp:
         for rnd in range(args.rounds):
             order = trees if rnd % 2 == 0 else trees[::-1]
             for name, tree in order:

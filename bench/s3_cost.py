@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -30,6 +29,7 @@ from typing import Any
 from bench.broker_run import MSG_SIZE, create_topics
 from bench.broker_targets import S3_VOLUME_MB, BrokerLimits, broker_target, cpu_seconds
 from bench.broker_workers import run_worker
+from bench.fs_probe import new_workdir
 from bench.pprof import Profile, parse
 
 MB = 1_000_000
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         weed_args += ["-debug", f"-debug.port={port}"]
         pprof_url = f"http://127.0.0.1:{port}/debug/pprof/profile"
         args.profile.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="kafscale-s3-cost-"))
+    workdir = new_workdir("kafscale-s3-cost-")
     print(f"weed flags {weed_args}, broker flags {broker_args}", flush=True)
     with run_seaweedfs(S3_VOLUME_MB, weed_args) as weed:
         url = weed.store_url(create_bucket(weed), "bench")

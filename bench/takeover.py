@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.broker_run import create_topics
 from bench.broker_targets import built_extensions
+from bench.fs_probe import new_workdir
 
 if TYPE_CHECKING:
     from tests.fixtures.broker import BrokerProcess
@@ -107,7 +107,7 @@ def local_broker(
     the directory). The caller stops it by PID and removes the directory."""
     from tests.fixtures.broker import BrokerProcess, free_port
 
-    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    workdir = new_workdir(prefix)
     port, http = free_port(), free_port()
     args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
             "--node-id", "0", "--workers", "1", "--log-level", "WARNING", *extra]  # fmt: skip

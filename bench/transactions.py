@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.fs_probe import bench_dir
 from tests.fixtures.broker import BrokerProcess, start_broker
 
 VALUE = b"x" * 100
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     records = 20_000 if args.quick else args.records
     modes = [("non-transactional", 0), ("txn of 100", 100), ("txn of 10,000", 10_000)]
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-txn-") as tmpdir:
+    with tempfile.TemporaryDirectory(prefix="bench-txn-", dir=bench_dir()) as tmpdir:
         for target in args.targets.split(","):
             with _broker(target, Path(tmpdir)) as b:
                 for name, size in modes:

@@ -159,8 +159,9 @@ def unjournaled_ext4(path: str) -> str | None:
     """The name of the block device under ``path`` when it holds an ext4 file system
     without a journal (sysfs: ``fs/ext4/<device>/journal_task`` reads ``<none>``), else
     None (a journal, another file system, no sysfs). On such a file system a crash
-    leaves the file system to fsck, and ``syncfs`` writes every dirty inode back by
-    itself (docs/benchmarks.md, "Round 6")."""
+    leaves the file system to fsck, ``syncfs`` writes every dirty inode back by itself
+    (docs/benchmarks.md, "Round 6"), and a new inode is found by walking past every
+    inode of its block group freed in the last 60-300 s (docs/benchmarks.md, "Round 22")."""
     try:
         dev = os.stat(path).st_dev
         block = os.path.join(SYS_ROOT, "dev", "block", f"{os.major(dev)}:{os.minor(dev)}")

@@ -75,7 +75,8 @@ def test_from_url_warns_once_about_a_file_system_without_a_journal(
     warned = [r.getMessage() for r in caplog.records if "without a journal" in r.getMessage()]
     message = (
         f"local store {data} is on ext4 without a journal (vdz): after a crash the file "
-        "system needs fsck, and a flush cycle's syncfs barriers are slow there "
+        "system needs fsck, a flush cycle's syncfs barriers are slow there, and every new "
+        "segment file costs more CPU the more files were deleted in the last minutes "
         "(docs/operations.md, Tuning)"
     )
     assert warned == ([message] if journal_task == "<none>" else [])
