@@ -1,11 +1,11 @@
 """What a new file costs in a bench's work directory (docs/benchmarks.md, "Round 22").
 
 A flush cycle on the local store makes one new file per object. On ext4 without a
-journal (this project's VMs) the kernel will not hand out an inode freed in the last
-60 s (300 s while its inode-table block is still dirty): ``find_inode_bit`` walks past
-every such inode of the block group, reading each one's deletion time
-(``recently_deleted``), so a file made where many files were just deleted costs
-0.2-1.1 ms of system CPU instead of 0.01-0.04 ms. A bench's own clean-up (the previous
+journal (this project's VMs; docs/benchmarks.md, "Round 6") the kernel will not hand out
+an inode freed in the last 60 s (300 s while its inode-table block is still dirty):
+``find_inode_bit`` walks past every such inode of the block group, reading each one's
+deletion time (``recently_deleted``), so a file made where many files were just deleted
+costs 0.2-1.1 ms of system CPU instead of 0.01-0.04 ms. A bench's own clean-up (the previous
 run's work directory, gigabytes of segment files) is such a deletion: the CPU per MB of a
 run right after another one rises with it. ``creation_ms`` measures it in the directory
 the run will use, so that every report says which kind of run it was.
