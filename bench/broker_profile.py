@@ -3,6 +3,7 @@
     python -m bench.broker_profile [--messages 300000] [--modes plain,idem] [--native]
                                    [--top 15] [--keep DIR] [--base-tree DIR]
                                    [--partitions 1] [--rate MSGS_PER_S]
+                                   [--warm-messages 100000]
 
 Starts one broker (local store, embedded metadata; from ``--base-tree`` if given),
 produces ``--messages`` x 1 KiB with confluent-kafka (acks=all, over ``--partitions``;
@@ -10,8 +11,10 @@ produces ``--messages`` x 1 KiB with confluent-kafka (acks=all, over ``--partiti
 ones left out; ``--native`` adds C frames; ``--perf``: ``perf record -g`` instead, CPU only,
 kernel and native frames included), and prints per mode the server CPU per MB and the
 top functions: by *self* samples (the function on top of the stack) and by *total*
-samples (the function anywhere on it). py-spy is not a project dependency: ``pip install
-py-spy`` into the venv to use this. docs/benchmarks.md, "Round 3: produce profile".
+samples (the function anywhere on it). Before the first mode, ``--warm-messages`` of it
+are produced unmeasured, so that no mode pays the heap's growth. py-spy is not a project
+dependency: ``pip install py-spy`` into the venv to use this. docs/benchmarks.md,
+"Round 3: produce profile".
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ from bench.broker_targets import BrokerLimits, Target, base_target, broker_targe
 from bench.broker_workers import run_worker
 from bench.fs_probe import new_workdir
 
+#: messages of the first mode produced unmeasured first (~100 MB: past the default cache
+#: and in-flight limits, so the heap has its working size)
+WARM_MESSAGES = 100_000
 GIL_ONLY = False  # --gil: only the thread holding the GIL (the Python CPU)
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<where>[^()]*?)(?::\d+)?\)$")
 
@@ -177,6 +183,18 @@ def profile_mode(
     )
 
 
+def warm_heap(t: Target, mode: str, messages: int, partitions: int) -> None:
+    """Produce ``messages`` of ``mode`` unmeasured: the broker's heap grows to its working
+    size (its caches and buffers filled) before any mode is measured. Without it the first
+    mode paid that growth: 199 minor page faults per MB against 0 for the next
+    (docs/benchmarks.md, "Round 21")."""
+    topic = f"prof-warm-{uuid.uuid4().hex[:6]}"
+    create_topics(t.bootstrap, [topic], partitions)
+    run_worker({"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": partitions,
+                "kind": "produce", "topic": topic, "messages": messages,
+                "idempotence": mode == "idem"})  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.broker_profile", description=__doc__)
     p.add_argument("--messages", type=int, default=300_000)
@@ -189,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--perf", action="store_true", help="perf record -g instead of py-spy")
     p.add_argument("--keep", type=Path, help="keep the raw py-spy output in this directory")
     p.add_argument("--base-tree", type=Path, help="profile the broker of this source tree")
+    p.add_argument(
+        "--warm-messages",
+        type=int,
+        default=WARM_MESSAGES,
+        help="first produce this many of the first mode, unmeasured (0: none)",
+    )
     args = p.parse_args(argv)
     global GIL_ONLY
     GIL_ONLY = args.gil
@@ -203,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 t = stack.enter_context(broker_target("local", workdir / "b", None, limits, []))
             warm_up(t, PLAN)
-            for mode in args.modes.split(","):
+            modes = args.modes.split(",")
+            if args.warm_messages:  # the heap's growth, paid here and not by the first mode
+                warm_heap(t, modes[0], args.warm_messages, args.partitions)
+            for mode in modes:
                 if args.perf:
                     out = outdir / f"{mode}.perf"
                     head = profile_mode(
