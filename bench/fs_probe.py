@@ -53,9 +53,7 @@ def mark_topdir(path: Path) -> bool:
     Raises OSError where the file system has no such attribute."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        buf = bytearray(8)  # the kernel reads and writes an int; room for a long
-        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
-        flags = int.from_bytes(buf[:4], sys.byteorder)
+        flags = _flags(fd)
         if flags & FS_TOPDIR_FL:
             return False
         new = (flags | FS_TOPDIR_FL).to_bytes(4, sys.byteorder) + bytes(4)
@@ -69,11 +67,17 @@ def topdir_marked(path: Path) -> bool:
     """Whether ``path`` carries the top-directory attribute (OSError: no attributes)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        buf = bytearray(8)
-        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
-        return bool(int.from_bytes(buf[:4], sys.byteorder) & FS_TOPDIR_FL)
+        return bool(_flags(fd) & FS_TOPDIR_FL)
     finally:
         os.close(fd)
+
+
+def _flags(fd: int) -> int:
+    """The inode's attribute flags (``FS_IOC_GETFLAGS``: the kernel writes an int; the
+    buffer has room for the long its definition names)."""
+    buf = bytearray(8)
+    fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+    return int.from_bytes(buf[:4], sys.byteorder)
 
 
 def new_workdir(prefix: str) -> Path:
