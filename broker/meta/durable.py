@@ -154,7 +154,7 @@ class MetaDir:
 
     def compact(self, space: Keyspace) -> None:
         """Write ``space`` as the snapshot and truncate the log (a failure is logged)."""
-        data = wal.encode_snapshot(space.rev, space.snapshot_entries())
+        data = wal.encode_snapshot(space.rev, space.keys, space.data)
         try:
             wal.write_atomic(self._file(SNAPSHOT), data)
             os.ftruncate(self._log_fd, 0)

@@ -88,13 +88,6 @@ class Keyspace:
         self.keys = sorted(self.data)
         self.rev = rev
 
-    def snapshot_entries(self) -> Iterator[wal.SnapEntry]:
-        return (
-            wal.SnapEntry(k, e.value, e.create_revision, e.mod_revision, e.version, e.lease)
-            for k in self.keys
-            for e in (self.data[k],)
-        )
-
     def leased_keys(self) -> list[str]:
         return [k for k in self.keys if self.data[k].lease]
 

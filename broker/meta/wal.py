@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from crc32c import crc32c
 
@@ -139,20 +140,33 @@ def iter_records(data: bytes) -> Iterator[LogRecord]:
         pos = start + length
 
 
-def encode_snapshot(revision: int, entries: Iterable[SnapEntry]) -> bytes:
+class Stored(Protocol):
+    """What a snapshot stores of a key (``keyspace.Entry``, ``SnapEntry``)."""
+
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+
+
+def encode_snapshot(revision: int, keys: Sequence[str], entries: Mapping[str, Stored]) -> bytes:
+    """The snapshot of ``entries`` in the order of ``keys`` (each a key of ``entries``).
+    One pass that builds no object per entry: 13-18 ms for 20,000 entries, where making
+    a ``SnapEntry`` of each first took 27-37 ms, and the store's writes wait for it
+    (docs/benchmarks.md, "Round 22")."""
     parts: list[bytes] = []
-    count = 0
-    for e in entries:
-        key = e.key.encode()
-        count += 1
-        parts += (
-            _SNAP_KEY.pack(len(key)),
-            key,
-            _SNAP_VAL.pack(len(e.value)),
-            e.value,
-            _SNAP_META.pack(e.create_revision, e.mod_revision, e.version, e.lease),
-        )
-    body = _SNAP_HEAD.pack(SNAP_MAGIC, SNAP_VERSION, revision, count) + b"".join(parts)
+    append = parts.append
+    key_len, value_len, meta = _SNAP_KEY.pack, _SNAP_VAL.pack, _SNAP_META.pack
+    for key in keys:
+        e = entries[key]
+        raw, value = key.encode(), e.value
+        append(key_len(len(raw)))
+        append(raw)
+        append(value_len(len(value)))
+        append(value)
+        append(meta(e.create_revision, e.mod_revision, e.version, e.lease))
+    body = _SNAP_HEAD.pack(SNAP_MAGIC, SNAP_VERSION, revision, len(keys)) + b"".join(parts)
     return body + _CRC.pack(crc32c(body))
 
 
