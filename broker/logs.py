@@ -59,6 +59,7 @@ from broker.segment_loader import Piece
 from broker.shared_sweep import SharedSweeper
 from broker.take import ChainCache, Taker, take_txn
 from broker.tasks import cancel_and_wait
+from broker.turns import PAUSE_S, TurnBudget
 from protocol.errors import ErrorCode, KafkaProtocolError
 from segments.cache import SegmentCache
 from segments.format import partition_prefix
@@ -423,13 +424,15 @@ class LogManager:
 
     async def reconcile_once(self) -> int:
         """Start the hand-off of every partition held here that hashes to another broker
-        now; returns how many. A turn of the event loop every ``PARTITIONS_PER_TURN``
-        (a rendezvous hash per partition: 4,000 held the loop 5-12 ms in one piece);
-        each partition's state is read when its turn comes."""
+        now; returns how many. A pause of the check every ``PARTITIONS_PER_TURN``
+        partitions or every millisecond (a rendezvous hash per partition: 4,000 held the
+        loop 5-12 ms in one piece; broker/turns.py); each partition's state is read when
+        its turn comes."""
         started = 0
-        for i, ((topic, partition), lg) in enumerate(list(self.logs.items()), 1):
-            if i % PARTITIONS_PER_TURN == 0:
-                await asyncio.sleep(0)
+        turn = TurnBudget(PARTITIONS_PER_TURN)
+        for (topic, partition), lg in list(self.logs.items()):
+            if turn.due():
+                await asyncio.sleep(PAUSE_S)
             if lg.state == ACTIVE and not self.cluster.owns_partition(topic, partition):
                 task = asyncio.create_task(self._hand_off(lg))
                 self._releases.add(task)

@@ -379,3 +379,89 @@ async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Pat
         assert sorted(looked) == [("compacted", 0), ("many", 5)]
     finally:
         await b.stop()
+
+
+async def test_a_pass_over_dear_partitions_lets_the_loop_run_every_millisecond(
+    tmp_path: Path,
+) -> None:
+    """Partitions whose look finishes without suspending but takes a while (written
+    lately: the merger, the compactor and the producer snapshot look at each): far fewer
+    than PARTITIONS_PER_TURN of them still get the loop a turn once the pass has held it
+    TURN_BUDGET_S (broker/turns.py)."""
+    import time
+
+    from broker.maintenance import PARTITIONS_PER_TURN
+    from broker.turns import TURN_BUDGET_S
+
+    b = Broker(config(tmp_path))
+    await b.start()
+    try:
+        n = 40
+        assert n < PARTITIONS_PER_TURN
+        await b.topics.create("dear", n)
+        for p in range(n):
+            await b.logs.get("dear", p)
+        m = maint(b)
+        await m.run_once()
+        looked: list[int] = []
+
+        async def dear(lg: PartitionLog, retention: bool, expiry: int | None) -> None:
+            looked.append(lg.partition)
+            end = time.perf_counter() + TURN_BUDGET_S / 2  # held, never suspended
+            while time.perf_counter() < end:
+                pass
+
+        m._idle = lambda lg, mono: False  # type: ignore[method-assign]
+        m._maintain = dear  # type: ignore[method-assign]
+        with counting_turns() as turns:
+            await m.run_once()
+        assert sorted(looked) == list(range(n))
+        # n x half the budget: a turn at least every other partition, whatever the load
+        assert turns.count >= n // 2 - 1
+    finally:
+        await b.stop()
+
+
+async def test_a_pass_leaves_the_loop_idle_between_its_pieces(tmp_path: Path) -> None:
+    """Work that needs many turns of the loop (a flush cycle moves a step per turn) runs
+    to its end within one pause of the pass, instead of one step per piece of it
+    (broker/turns.py: a turn is a pause, not sleep(0))."""
+    import time
+
+    from broker.turns import TURN_BUDGET_S
+
+    b = Broker(config(tmp_path))
+    await b.start()
+    try:
+        n = 40
+        await b.topics.create("dear", n)
+        for p in range(n):
+            await b.logs.get("dear", p)
+        m = maint(b)
+        await m.run_once()
+        looked: list[int] = []
+
+        async def dear(lg: PartitionLog, retention: bool, expiry: int | None) -> None:
+            looked.append(lg.partition)
+            end = time.perf_counter() + TURN_BUDGET_S / 2  # held, never suspended
+            while time.perf_counter() < end:
+                pass
+
+        m._idle = lambda lg, mono: False  # type: ignore[method-assign]
+        m._maintain = dear  # type: ignore[method-assign]
+        steps = 8
+        done_after: list[int] = []
+
+        async def cycle() -> None:  # a step per turn of the loop
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            done_after.append(len(looked))
+
+        pass_ = asyncio.ensure_future(m.run_once())
+        await asyncio.sleep(0)  # the pass starts its first piece
+        await asyncio.gather(pass_, cycle())
+        assert sorted(looked) == list(range(n))
+        # two partitions a piece: with sleep(0) the cycle ended after ~2 x steps of them
+        assert done_after and done_after[0] <= 3 * 2, done_after
+    finally:
+        await b.stop()
