@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -381,38 +382,45 @@ async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Pat
         await b.stop()
 
 
+async def _dear_pass(b: Broker, n: int) -> tuple[Any, list[int]]:
+    """A maintenance task over ``n`` partitions, each of whose looks holds the loop half
+    a turn's budget without suspending (written lately: the merger, the compactor and the
+    producer snapshot look at each); and the partitions it looked at."""
+    import time
+
+    from broker.turns import TURN_BUDGET_S
+
+    await b.topics.create("dear", n)
+    for p in range(n):
+        await b.logs.get("dear", p)
+    m = maint(b)
+    await m.run_once()
+    looked: list[int] = []
+
+    async def dear(lg: PartitionLog, retention: bool, expiry: int | None) -> None:
+        looked.append(lg.partition)
+        end = time.perf_counter() + TURN_BUDGET_S / 2  # held, never suspended
+        while time.perf_counter() < end:
+            pass
+
+    m._idle = lambda lg, mono: False  # type: ignore[method-assign]
+    m._maintain = dear  # type: ignore[method-assign]
+    return m, looked
+
+
 async def test_a_pass_over_dear_partitions_lets_the_loop_run_every_millisecond(
     tmp_path: Path,
 ) -> None:
-    """Partitions whose look finishes without suspending but takes a while (written
-    lately: the merger, the compactor and the producer snapshot look at each): far fewer
-    than PARTITIONS_PER_TURN of them still get the loop a turn once the pass has held it
-    TURN_BUDGET_S (broker/turns.py)."""
-    import time
-
+    """Far fewer than PARTITIONS_PER_TURN dear partitions still get the loop a turn once
+    the pass has held it TURN_BUDGET_S (broker/turns.py)."""
     from broker.maintenance import PARTITIONS_PER_TURN
-    from broker.turns import TURN_BUDGET_S
 
     b = Broker(config(tmp_path))
     await b.start()
     try:
         n = 40
         assert n < PARTITIONS_PER_TURN
-        await b.topics.create("dear", n)
-        for p in range(n):
-            await b.logs.get("dear", p)
-        m = maint(b)
-        await m.run_once()
-        looked: list[int] = []
-
-        async def dear(lg: PartitionLog, retention: bool, expiry: int | None) -> None:
-            looked.append(lg.partition)
-            end = time.perf_counter() + TURN_BUDGET_S / 2  # held, never suspended
-            while time.perf_counter() < end:
-                pass
-
-        m._idle = lambda lg, mono: False  # type: ignore[method-assign]
-        m._maintain = dear  # type: ignore[method-assign]
+        m, looked = await _dear_pass(b, n)
         with counting_turns() as turns:
             await m.run_once()
         assert sorted(looked) == list(range(n))
@@ -426,30 +434,11 @@ async def test_a_pass_leaves_the_loop_idle_between_its_pieces(tmp_path: Path) ->
     """Work that needs many turns of the loop (a flush cycle moves a step per turn) runs
     to its end within one pause of the pass, instead of one step per piece of it
     (broker/turns.py: a turn is a pause, not sleep(0))."""
-    import time
-
-    from broker.turns import TURN_BUDGET_S
-
     b = Broker(config(tmp_path))
     await b.start()
     try:
-        n = 40
-        await b.topics.create("dear", n)
-        for p in range(n):
-            await b.logs.get("dear", p)
-        m = maint(b)
-        await m.run_once()
-        looked: list[int] = []
-
-        async def dear(lg: PartitionLog, retention: bool, expiry: int | None) -> None:
-            looked.append(lg.partition)
-            end = time.perf_counter() + TURN_BUDGET_S / 2  # held, never suspended
-            while time.perf_counter() < end:
-                pass
-
-        m._idle = lambda lg, mono: False  # type: ignore[method-assign]
-        m._maintain = dear  # type: ignore[method-assign]
-        steps = 8
+        n, steps = 40, 8
+        m, looked = await _dear_pass(b, n)
         done_after: list[int] = []
 
         async def cycle() -> None:  # a step per turn of the loop
