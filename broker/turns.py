@@ -13,9 +13,9 @@ A turn is a pause of ``PAUSE_S``, not ``sleep(0)``: a flush cycle moves one step
 of the loop (the segment's PUT handed to a thread, its answer, the commit, the
 responses), so a pass whose pieces come back to back, even 1 ms each, still stretched
 each cycle across the pass. Beside 4,000 partitions that was a stall of a paced
-producer's messages once a second (p99 22.5 ms against 9.4 ms without them). With the
-loop left idle for a millisecond between two pieces the cycles run at their own pace
-(docs/benchmarks.md, "Round 22"); the pass takes that much longer.
+producer's messages once a second (p99 21.4 ms). With the loop left idle for a
+millisecond between two pieces the cycles run at their own pace (p99 9.2 ms;
+docs/benchmarks.md, "Round 22"); the pass takes that much longer.
 """
 
 from __future__ import annotations

@@ -152,9 +152,9 @@ class Stored(Protocol):
 
 def encode_snapshot(revision: int, keys: Sequence[str], entries: Mapping[str, Stored]) -> bytes:
     """The snapshot of ``entries`` in the order of ``keys`` (each a key of ``entries``).
-    One pass that builds no object per entry: 13-18 ms for 20,000 entries, where making
-    a ``SnapEntry`` of each first took 27-37 ms, and the store's writes wait for it
-    (docs/benchmarks.md, "Round 22")."""
+    One pass that builds no object per entry: 13.5 ms for 20,000 entries, where making
+    a ``SnapEntry`` of each first took 26.5 ms (medians), and the store's writes wait
+    for it (docs/benchmarks.md, "Round 22")."""
     parts: list[bytes] = []
     append = parts.append
     key_len, value_len, meta = _SNAP_KEY.pack, _SNAP_VAL.pack, _SNAP_META.pack
