@@ -40,7 +40,9 @@ def test_startup_garbage_is_collected_and_the_rest_frozen() -> None:
     kept = Node()
     frozen = freeze_startup_objects()
     assert garbage() is None  # collected first, not frozen
-    assert frozen == gc.get_freeze_count() > 0
+    # every object frozen is counted; one may die since (a thread an earlier test left
+    # behind lets go of its last reference), none is frozen since
+    assert 0 < gc.get_freeze_count() <= frozen
     # alive at the freeze: no longer in any generation the collector walks
     assert not any(o is kept for o in gc.get_objects())
     later = Node()
