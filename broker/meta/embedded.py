@@ -20,9 +20,12 @@ of the group (none is applied). A flush cycle's commit chunks, sent together, co
 disk barrier instead of one each.
 
 When the log grows past ``compact_bytes`` (and twice the last snapshot) the map is written
-as a snapshot (temp + fsync + rename; encoded and written in the disk thread, by a task
-of its own under the write lock, after the write that made it due was answered) and the
-log is truncated. Opening replays snapshot + log; a torn tail is dropped.
+as a snapshot by a task of its own, after the write that made it due was answered: under
+the write lock it copies the map (``dict`` and key list; entries are never changed in
+place) and rotates the log (a rename and a new file, in the disk thread); it then
+encodes and writes the copy (temp + fsync + rename) in a thread of its own while writes
+go on, and drops the rotated log. Opening replays snapshot + logs; a torn tail is
+dropped (``durable.py``).
 
 A writer holds an exclusive ``flock`` on ``LOCK``. A ``read_only`` store takes no lock and
 replays the files as they are (retrying if a compaction races it); it never writes.
@@ -106,6 +109,7 @@ class EmbeddedStore:
         self._write_lock = asyncio.Lock()
         self._queue: collections.deque[_Txn] = collections.deque()  # waiting for the lock
         self._disk: Offloader | None = None  # the log's appends, one at a time
+        self._snapshots: Offloader | None = None  # snapshots, beside the appends
         self._expiring: set[asyncio.Task[None]] = set()
         self._compacting: asyncio.Future[None] | None = None  # a snapshot on its way
         if read_only:
@@ -142,7 +146,7 @@ class EmbeddedStore:
             raise asyncio.CancelledError
         return rev
 
-    async def _on_disk(self, fn: Callable[..., None], *args: object) -> bool:
+    async def _on_disk(self, fn: Callable[..., object], *args: object) -> bool:
         """Run ``fn(*args)`` in the store's disk thread and wait for it even if the caller
         is cancelled meanwhile (a write that goes on must be finished and applied);
         returns whether it was. Raises ``fn``'s own error."""
@@ -165,20 +169,29 @@ class EmbeddedStore:
         return self._files.log_size > max(self._compact_bytes, 2 * self._files.snap_size)
 
     def _compact_soon(self) -> None:
-        """Start writing the snapshot if it is due and not already coming: in a task of
-        its own that takes the write lock (the map does not change under the encoding and
-        no append lands before the truncate), and in the disk thread (encoding a large
-        map takes tens of ms; the loop serves reads meanwhile). The write that made it
-        due has its answer already."""
+        """Start a snapshot if it is due and none is under way (``_compact_now``). The
+        write that made it due has its answer already."""
         if self._compacting is None and self._compaction_due():
-            self._compacting = asyncio.ensure_future(self._compact_now())
+            self._compacting = asyncio.ensure_future(self._compact_now(force=False))
 
-    async def _compact_now(self) -> None:
+    async def _compact_now(self, force: bool) -> None:
+        """Copy the map and rotate the log under the write lock (the copy is the map at
+        the rotation's revision; no append is under way), then encode and write the
+        snapshot in its own thread while writes go on (docs/architecture.md, "The embedded
+        metadata store's snapshots"). Nothing is lost on failure: the rotated log stays
+        until a snapshot covers it."""
         try:
             async with self._write_lock:
-                if not self._closed and self._compaction_due():
-                    await self._on_disk(self._files.compact, self._space)
-        except Exception:  # the log stays as it is: replay still has every write
+                if self._closed or not (force or self._compaction_due()):
+                    return
+                rev, keys, entries = self._space.rev, list(self._space.keys), dict(self._space.data)
+                await self._on_disk(self._files.rotate)
+            if self._snapshots is None:
+                self._snapshots = Offloader(1, "meta-snapshot")
+            await asyncio.shield(
+                self._snapshots.run(self._files.write_snapshot, rev, keys, entries)
+            )
+        except Exception:  # the logs stay as they are: replay still has every write
             log.exception("metadata snapshot failed")
         finally:
             self._compacting = None
@@ -387,10 +400,12 @@ class EmbeddedStore:
         return self._space.watch(self._space.full(prefix), start)
 
     async def compact(self) -> None:
-        """Write a snapshot now and truncate the log (normally automatic)."""
+        """Write a snapshot now and drop the log it covers (normally automatic)."""
         self._check(write=True)
-        async with self._write_lock:
-            await self._on_disk(self._files.compact, self._space)
+        while self._compacting is not None:  # one at a time: snapshots land in order
+            await asyncio.shield(self._compacting)
+        self._compacting = asyncio.ensure_future(self._compact_now(force=True))
+        await asyncio.shield(self._compacting)
 
     @property
     def revision(self) -> int:
@@ -404,9 +419,10 @@ class EmbeddedStore:
             lease.handle.cancel()
         self._space.leases.clear()
         self._space.close_watchers()
+        while self._compacting is not None:  # a snapshot under way ends first
+            await self._compacting  # (one not yet begun finds the store closed)
         async with self._write_lock:  # a write's append in its thread finishes first
             self._files.release()
-        if self._compacting is not None:  # it finds the store closed and writes nothing
-            await self._compacting
-        if self._disk is not None:
-            self._disk.close()
+        for offloader in (self._disk, self._snapshots):
+            if offloader is not None:
+                offloader.close()

@@ -32,6 +32,8 @@ _MISSING = object()
 
 
 class Entry:
+    """One key's value and etcd metadata; never changed once made (``apply`` replaces it)."""
+
     __slots__ = ("value", "create_revision", "mod_revision", "version", "lease")
 
     def __init__(self, value: bytes, create: int, mod: int, version: int, lease: int) -> None:
@@ -130,9 +132,11 @@ class Keyspace:
             if old is None:
                 self.data[op.key] = Entry(op.value, rev, rev, 1, op.lease)
                 bisect.insort(self.keys, op.key)
-            else:
-                old.value, old.mod_revision, old.lease = op.value, rev, op.lease
-                old.version += 1
+            else:  # a new entry, never a change in place: a snapshot's copy of the map
+                # (``dict(data)``) is then the map as it was, while it is written off the lock
+                self.data[op.key] = Entry(
+                    op.value, old.create_revision, rev, old.version + 1, op.lease
+                )
             if op.lease and op.lease in self.leases:
                 self.leases[op.lease].keys.add(op.key)
             events.append(WatchEvent("put", op.key, op.value, rev))

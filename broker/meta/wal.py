@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,6 +40,7 @@ _CRC = struct.Struct(">I")
 
 SNAP_MAGIC = b"KMSS"
 SNAP_VERSION = 1
+SNAP_STEP = 512  # entries encoded between two calls of ``between`` (~0.35 ms)
 OP_PUT = 1
 OP_DELETE = 2
 MAX_RECORD = 1 << 30
@@ -150,22 +151,32 @@ class Stored(Protocol):
     lease: int
 
 
-def encode_snapshot(revision: int, keys: Sequence[str], entries: Mapping[str, Stored]) -> bytes:
+def encode_snapshot(
+    revision: int,
+    keys: Sequence[str],
+    entries: Mapping[str, Stored],
+    between: Callable[[], object] | None = None,
+) -> bytes:
     """The snapshot of ``entries`` in the order of ``keys`` (each a key of ``entries``).
     One pass that builds no object per entry: 13.5 ms for 20,000 entries, where making
-    a ``SnapEntry`` of each first took 26.5 ms (medians), and the store's writes wait
-    for it (docs/benchmarks.md, "Round 22")."""
+    a ``SnapEntry`` of each first took 26.5 ms (medians; docs/benchmarks.md, "Round
+    22"). ``between`` is called after every ``SNAP_STEP`` entries: off the event loop's
+    thread, ``time.sleep(0)`` hands the GIL to a thread that waits for it, where the
+    interpreter would let the encoding hold it for its whole switch interval (5 ms)."""
     parts: list[bytes] = []
     append = parts.append
     key_len, value_len, meta = _SNAP_KEY.pack, _SNAP_VAL.pack, _SNAP_META.pack
-    for key in keys:
-        e = entries[key]
-        raw, value = key.encode(), e.value
-        append(key_len(len(raw)))
-        append(raw)
-        append(value_len(len(value)))
-        append(value)
-        append(meta(e.create_revision, e.mod_revision, e.version, e.lease))
+    for start in range(0, len(keys), SNAP_STEP):
+        if between is not None and start:
+            between()
+        for key in keys[start : start + SNAP_STEP]:
+            e = entries[key]
+            raw, value = key.encode(), e.value
+            append(key_len(len(raw)))
+            append(raw)
+            append(value_len(len(value)))
+            append(value)
+            append(meta(e.create_revision, e.mod_revision, e.version, e.lease))
     body = _SNAP_HEAD.pack(SNAP_MAGIC, SNAP_VERSION, revision, len(keys)) + b"".join(parts)
     return body + _CRC.pack(crc32c(body))
 

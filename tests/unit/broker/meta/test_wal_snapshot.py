@@ -42,6 +42,18 @@ def test_the_encoding_is_the_layout_byte_for_byte(count: int) -> None:
     assert wal.encode_snapshot(42, keys, entries) == _reference(42, keys, entries)
 
 
+@pytest.mark.parametrize("count", [0, 1, wal.SNAP_STEP, wal.SNAP_STEP + 1, 3 * wal.SNAP_STEP])
+def test_between_is_called_between_steps_and_changes_no_byte(count: int) -> None:
+    """The encoding stops every ``SNAP_STEP`` entries to call ``between`` (off the loop,
+    a hand-over of the GIL), never before the first or after the last."""
+    entries = {f"/k/{i:05d}": Entry(b"v%d" % i, i + 1, i + 1, 1, 0) for i in range(count)}
+    keys = sorted(entries)
+    done: list[int] = []
+    data = wal.encode_snapshot(7, keys, entries, lambda: done.append(1))
+    assert data == _reference(7, keys, entries)
+    assert len(done) == max(0, -(-count // wal.SNAP_STEP) - 1)
+
+
 def test_every_field_comes_back_in_the_keys_order() -> None:
     entries = _entries()
     keys = sorted(entries, reverse=True)  # the order given, not the mapping's
