@@ -1,13 +1,20 @@
 """Trials of this tree and of another (``--base-tree``) alternating, a fresh work
 directory each, the order swapped every round; then the medians and the ratios of the
-chosen keys (this tree / base). Shared by ``bench.paced_tail`` and ``bench.scrape_stall``."""
+chosen keys (this tree / base). Shared by ``bench.paced_tail`` and ``bench.scrape_stall``.
+``in_tree`` runs a bench's in-process measurement in a fresh interpreter that imports the
+project from another tree (``bench.maintenance_pass``, ``bench.meta_snapshot``)."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.fs_probe import bench_dir
 
@@ -43,3 +50,24 @@ def alternate(
         ratios = ", ".join(f"{k} {ours[k] / base[k]:.2f}" for k in ratio_keys if base[k])
         print(f"ratio this tree / base: {ratios}")
     return med
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def in_tree(tree: Path, bench_file: str, call: str) -> dict[str, Any]:
+    """Load ``bench_file`` by its path in a fresh interpreter whose imports come from
+    ``tree`` first (then this tree, for the benches' own helpers), evaluate ``call`` in
+    it (``bench_file``'s module is ``m``) and return the JSON of its last line of output."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO)])}
+    code = (
+        "import importlib.util as u; "
+        f"s = u.spec_from_file_location('bench_child', {bench_file!r}); "
+        f"m = u.module_from_spec(s); s.loader.exec_module(m); {call}"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True,
+        timeout=1800, check=True,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result

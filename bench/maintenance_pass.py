@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -94,19 +92,9 @@ def _child(partitions: int, segments: int, passes: int) -> None:
 
 def run_tree(tree: Path, partitions: int, segments: int, passes: int) -> dict[str, Any]:
     """``measure`` in a fresh interpreter that imports the broker from ``tree``."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    code = (  # this file, loaded by its path: ``bench`` and ``broker`` come from ``tree``
-        "import importlib.util as u; "
-        f"s = u.spec_from_file_location('maintenance_pass_child', {__file__!r}); "
-        "m = u.module_from_spec(s); s.loader.exec_module(m); "
-        f"m._child({partitions}, {segments}, {passes})"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True,
-        timeout=1800, check=True,
-    )  # fmt: skip
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    from bench.alternating import in_tree  # here: the child loads this file from its tree
+
+    return in_tree(tree, __file__, f"m._child({partitions}, {segments}, {passes})")
 
 
 def main(argv: list[str] | None = None) -> int:

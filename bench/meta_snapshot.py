@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -96,21 +94,10 @@ def _child(entries: int, value_bytes: int, snapshots: int) -> None:
 
 
 def run_tree(tree: Path, entries: int, value_bytes: int, snapshots: int) -> dict[str, Any]:
-    """``measure`` in a fresh interpreter that imports the store from ``tree`` (this
-    file and ``bench.fs_probe`` from this tree)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO)])}
-    code = (
-        "import importlib.util as u; "
-        f"s = u.spec_from_file_location('meta_snapshot_child', {__file__!r}); "
-        "m = u.module_from_spec(s); s.loader.exec_module(m); "
-        f"m._child({entries}, {value_bytes}, {snapshots})"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True,
-        timeout=1800, check=True,
-    )  # fmt: skip
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    """``measure`` in a fresh interpreter that imports the store from ``tree``."""
+    from bench.alternating import in_tree  # here: the child loads this file from its tree
+
+    return in_tree(tree, __file__, f"m._child({entries}, {value_bytes}, {snapshots})")
 
 
 def _line(name: str, res: dict[str, Any]) -> str:
