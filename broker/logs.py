@@ -30,7 +30,7 @@ from broker.cycles import ChainError
 from broker.flush import Flusher
 from broker.fold import Folder
 from broker.log_metrics import LogMetrics, first_offset, loss_reason
-from broker.maintenance import PARTITIONS_PER_TURN, Maintenance
+from broker.maintenance import Maintenance
 from broker.meta.base import (
     Compare,
     Delete,
@@ -424,12 +424,12 @@ class LogManager:
 
     async def reconcile_once(self) -> int:
         """Start the hand-off of every partition held here that hashes to another broker
-        now; returns how many. A pause of the check every ``PARTITIONS_PER_TURN``
+        now; returns how many. A pause of the check every ``ITEMS_PER_TURN``
         partitions or every millisecond (a rendezvous hash per partition: 4,000 held the
         loop 5-12 ms in one piece; broker/turns.py); each partition's state is read when
         its turn comes."""
         started = 0
-        turn = TurnBudget(PARTITIONS_PER_TURN)
+        turn = TurnBudget()
         for (topic, partition), lg in list(self.logs.items()):
             if turn.due():
                 await asyncio.sleep(PAUSE_S)

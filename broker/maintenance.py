@@ -49,7 +49,7 @@ from broker.meta.base import Delete, Put
 from broker.meta.schema import end_key, seg_entry_key
 from broker.partition import ACTIVE, PartitionLog, SegmentMeta
 from broker.tasks import cancel_and_wait
-from broker.turns import ITEMS_PER_TURN, PAUSE_S, TurnBudget
+from broker.turns import PAUSE_S, TurnBudget
 from broker.txn_partition import state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 
@@ -61,12 +61,6 @@ log = logging.getLogger(__name__)
 STOP_WAIT_S = 10.0  # how long stop() lets a maintenance pass finish before cancelling it
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
-#: partitions a pass looks at between two turns of the event loop at most: an idle
-#: partition's look takes ~5 us and awaits nothing, so 4,000 owned partitions held the
-#: loop ~20 ms once a second (docs/benchmarks.md, "Round 21"); a turn also comes once
-#: the pass has held the loop 1 ms, and leaves the loop idle 1 ms (broker/turns.py,
-#: "Round 22")
-PARTITIONS_PER_TURN = ITEMS_PER_TURN
 
 
 # ---------------------------------------------------------------------------- the task
@@ -200,7 +194,7 @@ class Maintenance:
                 await self._guarded(lg, self.deleter.sweep(lg))
         periodic = retention or expiry is not None
         mono = time.monotonic()  # the merges' clock
-        turn = TurnBudget(PARTITIONS_PER_TURN)
+        turn = TurnBudget()  # 4,000 idle partitions held the loop ~20 ms (broker/turns.py)
         for lg in list(self.logs.logs.values()):
             if turn.due():
                 await asyncio.sleep(PAUSE_S)  # each partition is looked at again below (_current)

@@ -188,17 +188,13 @@ class MetaDir:
     def compact(self, space: Keyspace) -> None:
         """Write ``space`` as the snapshot, then truncate the log and drop ``PREV_LOG``, in
         the calling thread (at open, while nothing else can write; a failure is logged)."""
-        data = wal.encode_snapshot(space.rev, space.keys, space.data)
         try:
-            wal.write_atomic(self._file(SNAPSHOT), data)
+            self.write_snapshot(space.rev, space.keys, space.data)
             os.ftruncate(self._log_fd, 0)
             os.fsync(self._log_fd)
-            self._drop_prev()
         except OSError as exc:
             log.error("metadata snapshot of %s failed: %s", self.path, exc)
             return
-        self.snap_rev = space.rev
-        self.snap_size = len(data)
         self.log_size = 0
 
     def rotate(self) -> bool:

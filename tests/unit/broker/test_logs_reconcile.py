@@ -15,20 +15,20 @@ async def test_the_ownership_check_over_many_partitions_lets_the_event_loop_run(
     tmp_path: Path,
 ) -> None:
     """``LogManager.reconcile_once`` hashes every held partition against the live
-    brokers; over many it gives the loop a turn every PARTITIONS_PER_TURN of them, and a
+    brokers; over many it gives the loop a turn every ITEMS_PER_TURN of them, and a
     single broker hands none of its partitions off."""
-    from broker.maintenance import PARTITIONS_PER_TURN
+    from broker.turns import ITEMS_PER_TURN
 
     b = Broker(config(tmp_path))
     await b.start()
     try:
-        n = 3 * PARTITIONS_PER_TURN
+        n = 3 * ITEMS_PER_TURN
         await b.topics.create("many", n)
         for p in range(n):
             await b.logs.get("many", p)
         with counting_turns() as turns:
             assert await b.logs.reconcile_once() == 0
-        assert turns.count >= n // PARTITIONS_PER_TURN
+        assert turns.count >= n // ITEMS_PER_TURN
         assert len(b.logs.logs) == n
     finally:
         await b.stop()

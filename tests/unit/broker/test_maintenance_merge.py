@@ -328,16 +328,16 @@ async def test_fenced_merge_commits_nothing_and_deletes_nothing(
 
 
 async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Path) -> None:
-    """A pass over many owned partitions gives the loop a turn every PARTITIONS_PER_TURN
+    """A pass over many owned partitions gives the loop a turn every ITEMS_PER_TURN
     of them and considers every one; an idle one (nothing to merge, compact or snapshot)
     is skipped without ``_maintain``; one of a compacted topic, one whose producer
     snapshot is due and one that got a new segment are looked at."""
-    from broker.maintenance import PARTITIONS_PER_TURN
+    from broker.turns import ITEMS_PER_TURN
 
     b = Broker(config(tmp_path))
     await b.start()
     try:
-        n = 3 * PARTITIONS_PER_TURN
+        n = 3 * ITEMS_PER_TURN
         await b.topics.create("many", n)
         await b.topics.create("compacted", 1, {"cleanup.policy": "compact"})
         for p in range(n):
@@ -363,7 +363,7 @@ async def test_a_pass_over_many_partitions_lets_the_event_loop_run(tmp_path: Pat
             await m.run_once()
         assert sorted(considered) == [("compacted", 0)] + [("many", p) for p in range(n)]
         assert looked == [("compacted", 0)]  # the compactor looks at its own each pass
-        assert turns.count >= n // PARTITIONS_PER_TURN
+        assert turns.count >= n // ITEMS_PER_TURN
         looked.clear()
         (await b.logs.get("many", 7)).snapshot_upto = -2  # its producer snapshot is due
         await m.run_once()
@@ -411,15 +411,15 @@ async def _dear_pass(b: Broker, n: int) -> tuple[Any, list[int]]:
 async def test_a_pass_over_dear_partitions_lets_the_loop_run_every_millisecond(
     tmp_path: Path,
 ) -> None:
-    """Far fewer than PARTITIONS_PER_TURN dear partitions still get the loop a turn once
+    """Far fewer than ITEMS_PER_TURN dear partitions still get the loop a turn once
     the pass has held it TURN_BUDGET_S (broker/turns.py)."""
-    from broker.maintenance import PARTITIONS_PER_TURN
+    from broker.turns import ITEMS_PER_TURN
 
     b = Broker(config(tmp_path))
     await b.start()
     try:
         n = 40
-        assert n < PARTITIONS_PER_TURN
+        assert n < ITEMS_PER_TURN
         m, looked = await _dear_pass(b, n)
         with counting_turns() as turns:
             await m.run_once()
