@@ -11,7 +11,9 @@ the produce spec of ``bench.broker_workers.run_worker`` and returns the same fig
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import tempfile
@@ -34,10 +36,31 @@ def _classpath() -> str:
         raise SystemExit(f"no kafka-clients 4.x jar in {libs}")
     if shutil.which("javac") is None or shutil.which("java") is None:
         raise SystemExit("the Java client needs Java 17: apt-get install openjdk-17-jdk-headless")
-    out = Path(tempfile.mkdtemp(prefix="kafscale-bench-java-"))
-    subprocess.run(["javac", "-d", str(out), "-cp", str(jars[0]), str(SOURCE)], check=True,
-                   timeout=300)  # fmt: skip
-    return f"{out}:{libs}/*"
+    return f"{_compiled(jars[0])}:{libs}/*"
+
+
+def _compiled(jar: Path) -> Path:
+    """The producer's classes, compiled against ``jar``: kept in the user's cache under a
+    name made of the source's and the jar's hashes, so a run reuses what an earlier run
+    compiled and leaves nothing behind. Compiled beside it and renamed into place (two
+    runs at once: the second's rename fails and its copy is dropped)."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + jar.name.encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kafscale-bench"
+    out = cache / f"java-{digest}"
+    if out.is_dir():
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".java-{digest}-", dir=cache))
+    try:
+        subprocess.run(["javac", "-d", str(tmp), "-cp", str(jar), str(SOURCE)], check=True,
+                       timeout=300)  # fmt: skip
+        os.rename(tmp, out)
+    except OSError:
+        if not out.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def run_java(spec: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,18 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: workers), and C2's background compiling cost it ~0.5 s of CPU per 1M-record run
 #: against ~0.1 s, CPU the workers share 2 cores with (docs/benchmarks.md, "Ingest").
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def local_java_options() -> str:
+    """``LOCAL_JAVA_OPTIONS``, and the JVM's temporary directory where this process keeps
+    its own (``TMPDIR``; Java otherwise uses ``/tmp`` whatever ``TMPDIR`` says). Spark's
+    scratch directories (``spark.local.dir`` defaults to it) and the native libraries its
+    codecs unpack then go there too. A path with white space is left out (Spark splits
+    the options at white space)."""
+    tmp = tempfile.gettempdir()
+    if any(c.isspace() for c in tmp):
+        return LOCAL_JAVA_OPTIONS
+    return f"{LOCAL_JAVA_OPTIONS} -Djava.io.tmpdir={tmp}"
 
 
 def _project_root() -> str:
@@ -50,7 +63,7 @@ def get_spark(
     builder = SparkSession.builder.appName(app_name)
     settings = dict(conf or {})
     if "PYSPARK_GATEWAY_PORT" not in os.environ and (master or DEFAULT_MASTER).startswith("local"):
-        settings.setdefault(JAVA_OPTIONS, LOCAL_JAVA_OPTIONS)  # a JVM we start here
+        settings.setdefault(JAVA_OPTIONS, local_java_options())  # a JVM we start here
     for key, value in settings.items():
         builder = builder.config(key, value)
     if master:

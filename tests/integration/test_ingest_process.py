@@ -51,11 +51,17 @@ def _start(env: KafsEnv, topics: str, *, submit: bool = False) -> subprocess.Pop
         cmd = [spark_submit, "--master", "local[2]", str(ROOT / "ingest_job" / "__main__.py")]
     else:
         cmd = [sys.executable, "-m", "ingest_job", "--master", "local[2]"]
-    penv = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
+    tmp = _tmpdir(env)
+    tmp.mkdir(exist_ok=True)  # the run's JVM keeps its scratch files here (a kill leaves them)
+    penv = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, TMPDIR=str(tmp))
     return subprocess.Popen(
         cmd + flags, cwd=env.data_dir, env=penv, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
+
+
+def _tmpdir(env: KafsEnv) -> Path:
+    return env.data_dir.parent / "tmp"
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
@@ -123,6 +129,8 @@ async def test_killed_runs_then_rerun_exactly_once(env: KafsEnv) -> None:
     want = await _data(env, ["k1", "k2"])
     # killed while the Spark tasks run (files written, nothing committed)
     seen = _run_until(_start(env, "k1,k2"), "progress:")
+    # the killed JVM's scratch directories are in the run's TMPDIR, not the machine's /tmp
+    assert list(_tmpdir(env).glob("blockmgr-*")), sorted(p.name for p in _tmpdir(env).iterdir())
     assert any("progress:" in line for line in seen), "".join(seen)[-2000:]
     # killed after the first table's commit, before the second's
     seen = _run_until(_start(env, "k1,k2"), "committed ")
