@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_run import MSG_SIZE, create_topics
-from bench.broker_targets import BrokerLimits, Target, base_target, broker_target, cpu_seconds
+from bench.broker_targets import (
+    BrokerLimits,
+    Target,
+    base_target,
+    broker_target,
+    cpu_seconds,
+    quiesce,
+)
 from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
 from bench.fs_probe import new_workdir
@@ -37,16 +44,20 @@ PACED = ("paced", "paced_plain")
 PLAIN = ("plain", "paced_plain", "java_plain")  # the modes without idempotence
 
 
-def _trial(t: Target, mode: str, messages: int) -> tuple[float, ...]:
-    """(server CPU ms per MB, MB/s) of one produce run of ``messages`` on a fresh topic;
-    ``paced`` / ``paced_plain``: (p99 ms, p50 ms, the broker's Produce p99 ms or NaN) of
-    an idempotent / plain run at 2,000 msg/s instead."""
+def _trial(t: Target, mode: str, messages: int, partitions: int = 1) -> tuple[float, ...]:
+    """(server CPU ms per MB, MB/s) of one produce run of ``messages`` on a fresh topic of
+    ``partitions``; ``paced`` / ``paced_plain``: (p99 ms, p50 ms, the broker's Produce p99
+    ms or NaN) of an idempotent / plain run at 2,000 msg/s instead. A topic of several
+    partitions is first taken by the broker, unmeasured (as in the partition sweep)."""
     topic = "ab-" + uuid.uuid4().hex[:8]
-    create_topics(t.bootstrap, [topic], 1)
+    create_topics(t.bootstrap, [topic], partitions)
+    spec: dict[str, Any] = {"bootstrap": t.bootstrap, "size": MSG_SIZE,
+                            "partitions": partitions, "kind": "produce", "topic": topic,
+                            "messages": messages, "idempotence": mode not in PLAIN}  # fmt: skip
+    if partitions > 1:
+        run_worker({**spec, "messages": max(2000, 2 * partitions)})
+        quiesce([t])
     before = cpu_seconds(t.pid)
-    spec: dict[str, Any] = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": 1,
-                            "kind": "produce", "topic": topic, "messages": messages,
-                            "idempotence": mode not in PLAIN}  # fmt: skip
     if mode in PACED:
         spec.update(rate=2000, messages=min(messages, 6000))
     hist = scrape_buckets(t.metrics_url)
@@ -110,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="thread switch interval of this tree's broker (bench.cycles_broker)",
     )
+    p.add_argument("--partitions", type=int, default=1,
+                   help="partitions of each trial's topic (taken first, unmeasured)")  # fmt: skip
     args = p.parse_args(argv)
     workdir = new_workdir("kafscale-ab-")
     limits = BrokerLimits()
@@ -127,11 +140,13 @@ def main(argv: list[str] | None = None) -> int:
             new = stack.enter_context(
                 broker_target("local", workdir / "local", None, limits, args.local_arg)
             )
-        run_pairs(base, new, args.modes.split(","), args.rounds, args.messages)
+        run_pairs(base, new, args.modes.split(","), args.rounds, args.messages, args.partitions)
     return 0
 
 
-def run_pairs(base: Target, new: Target, modes: list[str], rounds: int, messages: int) -> None:
+def run_pairs(
+    base: Target, new: Target, modes: list[str], rounds: int, messages: int, partitions: int = 1
+) -> None:
     """Warm both up, then per mode ``rounds`` trials of each, the order swapped every
     round; prints every pair and each mode's summary."""
     for t in (base, new):  # warm up: imports, producer ids, the first segment
@@ -140,7 +155,7 @@ def run_pairs(base: Target, new: Target, modes: list[str], rounds: int, messages
         rows: list[dict[str, Any]] = []
         for r in range(rounds):
             order = (base, new) if r % 2 == 0 else (new, base)
-            rows.append({t.name: _trial(t, mode, messages) for t in order})
+            rows.append({t.name: _trial(t, mode, messages, partitions) for t in order})
             unit = ("p99 ms", "p50 ms") if mode in PACED else ("ms/MB", "MB/s")
             got = {k: f"{v[0]:.2f} {unit[0]} {v[1]:.1f} {unit[1]}"
                       + (f" broker p99 {v[2]:.1f}" if len(v) > 2 else "")
