@@ -3,10 +3,11 @@
     python -m bench.broker_profile [--messages 300000] [--modes plain,idem] [--native]
                                    [--top 15] [--keep DIR] [--base-tree DIR]
                                    [--partitions 1] [--rate MSGS_PER_S]
-                                   [--warm-messages 100000]
+                                   [--warm-messages 100000] [--client java]
 
 Starts one broker (local store, embedded metadata; from ``--base-tree`` if given),
-produces ``--messages`` x 1 KiB with confluent-kafka (acks=all, over ``--partitions``;
+produces ``--messages`` x 1 KiB with confluent-kafka (or ``--client java``: kafka-clients'
+producer; acks=all, over ``--partitions``, which the broker takes first, unmeasured;
 ``idem`` with idempotence) while py-spy samples the broker at 250 Hz (every thread, idle
 ones left out; ``--native`` adds C frames; ``--perf``: ``perf record -g`` instead, CPU only,
 kernel and native frames included), and prints per mode the server CPU per MB and the
@@ -167,7 +168,13 @@ def profile_mode(
     native: bool | str,
     partitions: int = 1,
     rate: float | None = None,
+    client: str = "librdkafka",
 ) -> str:
+    """One mode's profile; ``client`` ``java``: the Java client (bench/java_client.py)
+    produces instead of librdkafka (``rate`` does not apply to it)."""
+    run = run_worker
+    if client == "java":
+        from bench.java_client import run_java as run
     topic = f"prof-{mode}-{uuid.uuid4().hex[:6]}"
     create_topics(t.bootstrap, [topic], partitions)
     spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": partitions,
@@ -177,16 +184,16 @@ def profile_mode(
         spec["rate"] = rate
     # the broker takes the partitions first, unmeasured, as the partition sweep does: the
     # profile is of produce to N active partitions, not of their takeover
-    run_worker({**spec, "messages": max(2000, 2 * partitions), "rate": 0})
+    run({**spec, "messages": max(2000, 2 * partitions), "rate": 0})
     quiesce([t])
     assert t.pid is not None
     with _perf(t.pid, out) if native == "perf" else _spy(t.pid, out, bool(native)):
         before, faults = cpu_seconds(t.pid), minor_faults(t.pid)
-        res = run_worker(spec)
+        res = run(spec)
         cpu, faults = cpu_seconds(t.pid) - before, minor_faults(t.pid) - faults
     mb = res["bytes"] / 1e6
     return (
-        f"{mode}: {messages} x {MSG_SIZE} B over {partitions} partition(s), "
+        f"{mode}: {messages} x {MSG_SIZE} B over {partitions} partition(s) ({client}), "
         f"{mb / res['seconds']:.1f} MB/s, "
         f"server CPU {1000 * cpu / mb:.2f} ms/MB (profiler attached), "
         f"{faults / mb:.0f} minor page faults per MB, "
@@ -216,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
     p.add_argument("--gil", action="store_true", help="py-spy --gil: the GIL holder only")
     p.add_argument("--perf", action="store_true", help="perf record -g instead of py-spy")
+    p.add_argument("--client", choices=("librdkafka", "java"), default="librdkafka",
+                   help="the producer (java: bench/java_client.py)")  # fmt: skip
     p.add_argument("--keep", type=Path, help="keep the raw py-spy output in this directory")
     p.add_argument("--base-tree", type=Path, help="profile the broker of this source tree")
     p.add_argument(
@@ -245,13 +254,27 @@ def main(argv: list[str] | None = None) -> int:
                 if args.perf:
                     out = outdir / f"{mode}.perf"
                     head = profile_mode(
-                        t, mode, args.messages, out, "perf", args.partitions, args.rate
+                        t,
+                        mode,
+                        args.messages,
+                        out,
+                        "perf",
+                        args.partitions,
+                        args.rate,
+                        args.client,
                     )
                     print(head + "\n" + perf_top(out, args.top), flush=True)
                     continue
                 out = outdir / f"{mode}.txt"
                 head = profile_mode(
-                    t, mode, args.messages, out, args.native, args.partitions, args.rate
+                    t,
+                    mode,
+                    args.messages,
+                    out,
+                    args.native,
+                    args.partitions,
+                    args.rate,
+                    args.client,
                 )
                 print(format_profile(head, out.read_text(), args.top), flush=True)
     finally:
