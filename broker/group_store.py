@@ -194,8 +194,8 @@ class MetaGroupStore:
 
     async def list_groups(self) -> list[str]:
         names = {
-            unquote(kv.key[len(GROUPS_PREFIX) :].split("/", 1)[0])
-            for kv in await self._meta.range(GROUPS_PREFIX)
+            unquote(key[len(GROUPS_PREFIX) :].split("/", 1)[0])
+            for key in await self._meta.keys(GROUPS_PREFIX)
         }
         return sorted(names)
 

@@ -232,6 +232,10 @@ class InstrumentedMeta:
         kvs: list[KeyValue] = await self._call("range", self.inner.range(prefix))
         return kvs
 
+    async def keys(self, prefix: str) -> list[str]:
+        keys: list[str] = await self._call("range", self.inner.keys(prefix))
+        return keys
+
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         rev: int = await self._call("put", self.inner.put(key, value, lease))
         return rev

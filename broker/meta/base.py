@@ -102,6 +102,11 @@ class MetaStore(Protocol):
         """Every key starting with ``prefix``, sorted by key."""
         ...
 
+    async def keys(self, prefix: str) -> list[str]:
+        """The keys ``range(prefix)`` would return, without their values (etcd sends
+        none: a listing of groups need not carry every committed offset)."""
+        ...
+
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         """Write ``key``; returns the new store revision."""
         ...

@@ -322,6 +322,12 @@ class EmbeddedStore:
         space = self._space
         return [space.kv(k, space.data[k]) for k in space.iter_prefix(space.full(prefix))]
 
+    async def keys(self, prefix: str) -> list[str]:
+        self._check()
+        space = self._space
+        cut = len(space.prefix)
+        return [k[cut:] for k in space.iter_prefix(space.full(prefix))]
+
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         self._check(write=True)
         return (await self._txn((), (Put(key, value, lease),), ())).revision

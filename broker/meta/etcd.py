@@ -212,6 +212,18 @@ class EtcdStore:
 
         return await self._call(run, retry=True)
 
+    async def keys(self, prefix: str) -> list[str]:
+        full = self._key(prefix)
+        req = rpc.RangeRequest(key=full, range_end=self._range_end(full), keys_only=True)
+        cut = len(self._bprefix)
+
+        async def run(c: aetcd.Client) -> list[str]:
+            resp = await c.kvstub.Range(req, timeout=self._timeout, metadata=c.metadata)
+            self._seen(resp.header)
+            return [kv.key[cut:].decode() for kv in resp.kvs]
+
+        return await self._call(run, retry=True)
+
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         req = rpc.PutRequest(key=self._key(key), value=bytes(value), lease=lease)
 

@@ -107,12 +107,26 @@ async def test_range_is_sorted_and_prefix_scoped(store: MetaStore) -> None:
     assert [kv.key for kv in await store.range("")] == ["/a", "/ab", "/b"]
 
 
+async def test_keys_are_ranges_keys(store: MetaStore) -> None:
+    """``keys`` lists what ``range`` would, sorted and prefix-scoped, values left out."""
+    for key in ["/g/b/offsets/t/1", "/g/a/state", "/g/a/offsets/t/0", "/h/x", "/g"]:
+        await store.put(key, b"v" * 100)
+    assert await store.keys("/g/") == ["/g/a/offsets/t/0", "/g/a/state", "/g/b/offsets/t/1"]
+    assert await store.keys("/g/") == [kv.key for kv in await store.range("/g/")]
+    assert await store.keys("") == [kv.key for kv in await store.range("")]
+    assert await store.keys("/nothing/") == []
+    await store.delete("/g/a/state")
+    assert await store.keys("/g/a/") == ["/g/a/offsets/t/0"]
+
+
 async def test_prefixes_isolate_stores(backend: tuple[MetaStore, Opener]) -> None:
     store, other = backend
     await store.put("/shared", b"mine")
     stranger = other(f"/t{uuid.uuid4().hex}")
     assert await stranger.get("/shared") is None
     assert await stranger.range("") == []
+    assert await stranger.keys("") == []
+    assert await store.keys("") == ["/shared"]
 
 
 async def test_revisions_increase_and_a_txn_is_one_revision(store: MetaStore) -> None:
