@@ -34,6 +34,11 @@ def test_median_trial_by_throughput_or_paced_latency() -> None:
     trials = [_produce(10, 1), _produce(30, 9), _produce(20, 5)]
     assert _median(trials, "produce")["bytes"] == 20 * MB
     assert _median(trials, "paced")["p50_ms"] == 5
+    # a paced run is kept by its p99: one stall in one trial does not make the figure
+    stalled = {**_produce(2, 4.3), "p99_ms": 34.4}
+    kept = _median([{**_produce(2, 4.7), "p99_ms": 8.1}, {**_produce(2, 4.3), "p99_ms": 7.4},
+                    stalled], "paced_plain")  # fmt: skip
+    assert kept["p99_ms"] == 8.1
 
 
 def test_table_has_ratios_and_memory_verdicts() -> None:
