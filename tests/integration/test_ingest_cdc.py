@@ -141,7 +141,9 @@ async def test_debezium_final_state_across_runs_kill_and_compaction(
     flags = ["--topics", TOPIC, "--store", env.store_url, "--data-dir", str(env.data_dir),
              "--value-format", "json", "--cdc", "debezium", "--upsert-key", "id",
              "--partition-by", "hour", "--master", "local[2]"]  # fmt: skip
-    penv = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable,
+    tmp = env.data_dir.parent / "tmp"  # the JVM's scratch files (a kill leaves them)
+    tmp.mkdir(exist_ok=True)
+    penv = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, TMPDIR=str(tmp),
                 KAFSCALE_INGEST_KILL_AT="commit.before_swap")  # fmt: skip
     proc = await asyncio.to_thread(
         subprocess.run,

@@ -51,7 +51,11 @@ class Job:
     def __init__(self, env: KafsEnv, *extra: str) -> None:
         flags = ["--topics", TOPIC, "--store", env.store_url, "--data-dir", str(env.data_dir),
                  "--master", "local[2]", "--partition-by", "none", *extra]  # fmt: skip
-        penv = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
+        tmp = env.data_dir.parent / "tmp"  # the JVM's scratch files (a kill leaves them)
+        tmp.mkdir(exist_ok=True)
+        penv = dict(
+            os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, TMPDIR=str(tmp)
+        )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ingest_job", *flags], cwd=env.data_dir, env=penv,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
