@@ -27,14 +27,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.broker_run import MSG_SIZE, create_topics
+from bench.broker_run import MSG_SIZE, create_topics, take_partitions
 from bench.broker_targets import (
     BrokerLimits,
     Target,
     base_target,
     broker_target,
     cpu_seconds,
-    quiesce,
 )
 from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
@@ -55,8 +54,7 @@ def _trial(t: Target, mode: str, messages: int, partitions: int = 1) -> tuple[fl
                             "partitions": partitions, "kind": "produce", "topic": topic,
                             "messages": messages, "idempotence": mode not in PLAIN}  # fmt: skip
     if partitions > 1:
-        run_worker({**spec, "messages": max(2000, 2 * partitions)})
-        quiesce([t])
+        take_partitions(run_worker, spec, [t])
     before = cpu_seconds(t.pid)
     if mode in PACED:
         spec.update(rate=2000, messages=min(messages, 6000))

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.broker_run import MSG_SIZE, create_topics, warm_up
+from bench.broker_run import MSG_SIZE, create_topics, take_partitions, warm_up
 from bench.broker_run import QUICK as PLAN
 from bench.broker_targets import (
     BrokerLimits,
@@ -42,7 +42,6 @@ from bench.broker_targets import (
     base_target,
     broker_target,
     cpu_seconds,
-    quiesce,
 )
 from bench.broker_workers import run_worker
 from bench.fs_probe import new_workdir
@@ -184,8 +183,7 @@ def profile_mode(
         spec["rate"] = rate
     # the broker takes the partitions first, unmeasured, as the partition sweep does: the
     # profile is of produce to N active partitions, not of their takeover
-    run({**spec, "messages": max(2000, 2 * partitions), "rate": 0})
-    quiesce([t])
+    take_partitions(run, spec, [t])
     assert t.pid is not None
     with _perf(t.pid, out) if native == "perf" else _spy(t.pid, out, bool(native)):
         before, faults = cpu_seconds(t.pid), minor_faults(t.pid)

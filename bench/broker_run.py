@@ -11,11 +11,12 @@ import contextlib
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.broker_targets import Sampler, Target, cpu_seconds, profiled
+from bench.broker_targets import Sampler, Target, cpu_seconds, profiled, quiesce
 from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
 
@@ -45,6 +46,19 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
     futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
     for fut in futures.values():
         fut.result(30)
+
+
+def take_partitions(
+    run: Callable[[dict[str, Any]], Any], spec: dict[str, Any], targets: list[Target]
+) -> float:
+    """Produce ``max(2000, 2 x partitions)`` messages of the produce ``spec`` through
+    ``run`` (a worker: librdkafka's or the Java client's), unmeasured, so that the broker
+    has taken every partition of the topic (one metadata transaction each), then wait
+    until the targets are idle; the seconds waited. A measurement that follows is of
+    produce to active partitions, not of their takeover (docs/benchmarks.md, "Round
+    24")."""
+    run({**spec, "messages": max(2000, 2 * int(spec["partitions"])), "rate": 0})
+    return quiesce(targets)
 
 
 PHASES = ("produce", "produce_idem", "paced", "paced_plain", "consume", "consume_cached")

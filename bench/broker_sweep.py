@@ -13,8 +13,8 @@ import math
 import uuid
 from typing import Any
 
-from bench.broker_run import MSG_SIZE, Plan, create_topics, rate
-from bench.broker_targets import Target, cpu_seconds, quiesce
+from bench.broker_run import MSG_SIZE, Plan, create_topics, rate, take_partitions
+from bench.broker_targets import Target, cpu_seconds
 from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
 
@@ -114,8 +114,7 @@ def run_partition_sweep(
             spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": n,
                     "kind": "produce", "topic": topic, "messages": messages,
                     "idempotence": True}  # fmt: skip
-            run({**spec, "messages": max(2000, 2 * n)})  # take the partitions first
-            idle_s = quiesce(targets)  # every target's work of earlier runs done
+            idle_s = take_partitions(run, spec, targets)  # and every target idle
             hist = scrape_buckets(t.metrics_url)
             before, cpu = _counters(t.metrics_url), cpu_seconds(t.pid)
             res = run(spec)
