@@ -22,6 +22,7 @@ not set and nothing else changes.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
@@ -81,8 +82,12 @@ def _flags(fd: int) -> int:
 
 
 def new_workdir(prefix: str) -> Path:
-    """A fresh work directory in ``bench_dir()`` (the caller removes it)."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=bench_dir()))
+    """A fresh work directory in ``bench_dir()``, removed when the process exits (a caller
+    done with it sooner removes it itself). Several harnesses left theirs behind, GBs of
+    segments each (round 24)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=bench_dir()))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def creation_ms(directory: Path, files: int = PROBE_FILES) -> float:
