@@ -18,6 +18,14 @@ ROWS: list[tuple[str, str, str]] = [
     ("  the same, net of the idle broker's", "consume_cached", "cpu_net"),
     ("S3 server CPU ms/MB, produce", "produce", "store_cpu"),
     ("S3 server CPU ms/MB, idempotent", "produce_idem", "store_cpu"),
+    # the client shares the machine's cores: what every process of a phase spent per MB,
+    # and the cores they kept busy, bound its throughput (docs/benchmarks.md, "Round 25")
+    ("client CPU ms/MB, produce", "produce", "client_cpu"),
+    ("client CPU ms/MB, idempotent", "produce_idem", "client_cpu"),
+    ("all processes' CPU ms/MB, produce", "produce", "all_cpu"),
+    ("all processes' CPU ms/MB, idempotent", "produce_idem", "all_cpu"),
+    ("cores busy, produce", "produce", "cores"),
+    ("cores busy, idempotent", "produce_idem", "cores"),
     ("produce MB/s (acks=all)", "produce", "mbs"),
     ("produce msg/s", "produce", "msgs"),
     ("produce p50 ms (saturated)", "produce", "p50_ms"),
@@ -63,6 +71,8 @@ def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
     if metric == "store_cpu":  # the S3 server's (SeaweedFS), same phase
         mb = res["bytes"] / 1e6
         return res["store_cpu_s"] * 1000 / mb if "store_cpu_s" in res and mb else math.nan
+    if metric in ("client_cpu", "all_cpu", "cores"):
+        return _client_cpu(res, metric)
     if metric in ("cpu", "cpu_net"):
         mb = res["bytes"] / 1e6
         idle = res.get("server_idle_cpu_s", 0.0) if metric == "cpu_net" else 0.0
@@ -78,6 +88,18 @@ def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
         mbs, msgs = rate(res, steady=phase.startswith("consume"))
         return mbs if metric == "mbs" else msgs
     return float(res.get(metric, math.nan))
+
+
+def _client_cpu(res: dict[str, Any], metric: str) -> float:
+    """The client's CPU per MB; with the server's and the S3 server's (``all_cpu``); or
+    all three's CPU seconds per second of the phase (``cores``)."""
+    mb, client = res["bytes"] / 1e6, res.get("cpu_seconds")
+    if client is None or not mb or not res.get("seconds"):
+        return math.nan
+    if metric == "client_cpu":
+        return client * 1000 / mb
+    total = client + res.get("server_cpu_s", 0.0) + res.get("store_cpu_s", 0.0)
+    return total * 1000 / mb if metric == "all_cpu" else total / res["seconds"]
 
 
 def _fmt(v: float) -> str:

@@ -351,8 +351,10 @@ def s3_target(
 
 
 @contextlib.contextmanager
-def mock_target() -> Iterator[Target]:
-    spec = json.dumps({"kind": "mock"})
+def mock_target(rtt_ms: int = 0) -> Iterator[Target]:
+    """librdkafka's mock cluster in a process of its own; ``rtt_ms``: its simulated
+    round trip (``test.mock.broker.rtt``; target ``mock+Nms``)."""
+    spec = json.dumps({"kind": "mock", "rtt_ms": rtt_ms})
     cmd = [sys.executable, "-m", "bench.broker", "worker", spec]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -360,7 +362,8 @@ def mock_target() -> Iterator[Target]:
         line = proc.stdout.readline()
         if not line:
             raise RuntimeError("mock cluster host exited at start")
-        yield Target("mock", json.loads(line)["bootstrap"], proc.pid)
+        name = f"mock+{rtt_ms}ms" if rtt_ms else "mock"
+        yield Target(name, json.loads(line)["bootstrap"], proc.pid)
     finally:
         if proc.stdin is not None:
             proc.stdin.close()

@@ -61,6 +61,7 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
     producer.flush(30)
     latencies.clear()
     start = time.perf_counter()
+    cpu0 = time.process_time()  # the producer's own CPU (all its threads: librdkafka's too)
     for i in range(count):
         if rate:
             while (wait := start + i / rate - time.perf_counter()) > 0:
@@ -75,12 +76,14 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
             producer.poll(0)
     unsent = producer.flush(WORKER_TIMEOUT)
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
     latencies.sort()
     return {
         "messages": len(latencies),
         "bytes": len(latencies) * len(payload),
         "seconds": elapsed,
         "errors": len(errors) + unsent,
+        "cpu_seconds": cpu,
         "first_error": errors[0] if errors else None,
         "p50_ms": _percentile(latencies, 0.50) * 1000,
         "p99_ms": _percentile(latencies, 0.99) * 1000,
@@ -158,11 +161,15 @@ def _consume(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _host_mock() -> None:
-    """Hold a librdkafka mock cluster; print its bootstrap; live until stdin closes."""
+def _host_mock(rtt_ms: int = 0) -> None:
+    """Hold a librdkafka mock cluster (``rtt_ms``: its simulated round trip, which delays
+    every response); print its bootstrap; live until stdin closes."""
     from confluent_kafka import Producer
 
-    holder = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    conf: dict[str, Any] = {"test.mock.num.brokers": 1, "log_level": 3}
+    if rtt_ms:
+        conf["test.mock.broker.rtt"] = rtt_ms
+    holder = Producer(conf)
     brokers = holder.list_topics(timeout=30).brokers
     b = next(iter(brokers.values()))
     print(json.dumps({"bootstrap": f"{b.host}:{b.port}"}), flush=True)
@@ -172,7 +179,7 @@ def _host_mock() -> None:
 def worker_main(spec: dict[str, Any]) -> int:
     kind = spec["kind"]
     if kind == "mock":
-        _host_mock()
+        _host_mock(int(spec.get("rtt_ms", 0)))
         return 0
     result = _produce(spec) if kind == "produce" else _consume(spec)
     print(json.dumps(result), flush=True)

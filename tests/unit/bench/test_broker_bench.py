@@ -57,3 +57,14 @@ def test_table_has_ratios_and_memory_verdicts() -> None:
     assert "growth 60 within limits 128" in text
     results["local"]["memory"]["max_rss"] = 300 << 20
     assert "OVER limits 128" in format_table(results, QUICK)
+
+
+def test_table_has_every_process_cpu_and_the_cores_busy() -> None:
+    local = {**_produce(100, 3), "cpu_seconds": 0.8, "server_cpu_s": 0.15, "store_cpu_s": 0.05}
+    mock = {**_produce(400, 1), "cpu_seconds": 1.2, "server_cpu_s": 0.04}
+    text = format_table({"local": {"produce": local}, "mock": {"produce": mock}}, QUICK)
+    rows = {line.split("  ")[0]: line.split() for line in text.splitlines()}
+    assert rows["client CPU ms/MB, produce"][-3:] == ["8.00", "3.00", "2.67"]
+    assert rows["all processes' CPU ms/MB, produce"][-3:] == ["10.0", "3.10", "3.23"]
+    assert rows["cores busy, produce"][-3:] == ["1.00", "1.24", "0.81"]
+    assert rows["client CPU ms/MB, idempotent"][-3:] == ["-", "-", "-"]  # no such phase
