@@ -27,6 +27,9 @@
  *       ~8 ms during which the event loop could not run (docs/benchmarks.md, "Round
  *       20"). Here the buffers are exported (which pins them) and copied without it; no
  *       caller writes to them meanwhile.
+ *   copy_into(target, buffers) -> int: the same copy into the writable buffer target
+ *       (from its start; the bytes copied), which must be large enough: the aligned
+ *       buffer of an O_DIRECT write (segments/direct_io.py).
  */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
@@ -293,7 +296,77 @@ done:
     return out;
 }
 
+/* Export every buffer of seq (a sequence from PySequence_Fast) into views; their total
+ * length in *total. On error: -1, an exception set, and every view released. */
+static int export_all(PyObject *seq, Py_buffer *views, Py_ssize_t *total)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    *total = 0;
+    for (Py_ssize_t got = 0; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got],
+                               PyBUF_SIMPLE) < 0) {
+            for (Py_ssize_t i = 0; i < got; i++)
+                PyBuffer_Release(&views[i]);
+            return -1;
+        }
+        if (views[got].len > PY_SSIZE_T_MAX - *total) {
+            for (Py_ssize_t i = 0; i <= got; i++)
+                PyBuffer_Release(&views[i]);
+            PyErr_SetString(PyExc_OverflowError, "buffers are too large");
+            return -1;
+        }
+        *total += views[got].len;
+    }
+    return 0;
+}
+
+static PyObject *copy_into(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *target, *buffers;
+    if (!PyArg_ParseTuple(args, "OO", &target, &buffers))
+        return NULL;
+    PyObject *seq = PySequence_Fast(buffers, "copy_into() takes a sequence of buffers");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    Py_buffer dst;
+    Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    PyObject *out = NULL;
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyObject_GetBuffer(target, &dst, PyBUF_WRITABLE) < 0)
+        goto done;
+    if (export_all(seq, views, &total) < 0) {
+        PyBuffer_Release(&dst);
+        goto done;
+    }
+    if (total > dst.len) {
+        PyErr_SetString(PyExc_ValueError, "the target is smaller than the buffers");
+    } else {
+        char *p = dst.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(p, views[i].buf, (size_t)views[i].len);
+            p += views[i].len;
+        }
+        Py_END_ALLOW_THREADS
+        out = PyLong_FromSsize_t(total);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyBuffer_Release(&views[i]);
+    PyBuffer_Release(&dst);
+done:
+    PyMem_Free(views);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"copy_into", copy_into, METH_VARARGS,
+     "copy_into(target, buffers) -> int, copied without the GIL"},
     {"join", join, METH_O, "join(buffers) -> bytes, copied without the GIL"},
     {"write_new", write_new, METH_VARARGS,
      "write_new(paths, buffers, etags) -> [(fd, dev, ino, mtime_ns, size) | errno]"},

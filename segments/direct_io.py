@@ -1,22 +1,24 @@
-"""Writing a new object file with ``O_DIRECT`` (``LocalStore.put_if_absent`` with
-``KAFSCALE_DIRECT_IO=1``; off by default, see the end of this docstring).
+"""Writing a new object file with ``O_DIRECT`` (``LocalStore.put_if_absent``: every object
+with ``file://DIR?direct_io=true``, else flush PUTs of at least ``DIRECT_MIN_BYTES``).
 
 Every object the broker writes is fsynced at once and read back, if at all, through the
 broker's own segment cache, so the page cache only costs: on the project's VM a buffered
 ``write`` of a new file took 0.5-3.4 ms of system CPU per MB (page allocation, memcg
 charging, copying; then writeback at ``fsync``), ``O_DIRECT`` from an aligned buffer
-0.2-0.3 ms plus one ``memcpy`` into that buffer (docs/benchmarks.md). The parts are
-copied into a page-aligned buffer (pooled), padded to a multiple of ``ALIGN``, written,
-and the file is truncated to its real size before the caller's ``fsync``.
+0.2-0.3 ms plus one ``memcpy`` into that buffer (docs/benchmarks.md), made without the
+GIL where ``segments/_localio.c`` is built. The parts are copied into a page-aligned
+buffer (pooled), padded to a multiple of ``ALIGN``, written, and the file is truncated
+to its real size before the caller's ``fsync``.
 
 A filesystem without ``O_DIRECT`` (``EINVAL`` at open or at the first write, e.g. some
-tmpfs or FUSE mounts) makes ``write_direct`` return False before anything is left
+tmpfs or FUSE mounts) makes ``write_direct`` return None before anything is left
 behind; the caller then writes through the page cache as before.
 
-Why it is not the default: the page cache is also a second-level read cache for
-consumers of segments already evicted from the broker's own cache; with ``O_DIRECT`` they
-read the disk. In A/B runs on the loaded 2-core machine neither produce nor consume CPU
-showed a difference beyond the noise (docs/benchmarks.md).
+Why not every object by default: the ``write`` waits for the disk. For a flush cycle's
+small PUTs (idempotent producers' 1 MB batches, the Java client's 16 KiB ones) and for
+merges that cost more CPU and latency than the page cache's copy (docs/benchmarks.md,
+"Round 25"); for large PUTs (plain produce at full speed) it saves ~15 % of the broker's
+CPU per MB.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from collections.abc import Sequence
 import crc32c as _crc32c
 
 from segments.store import Buffer
+
+try:  # copies without the GIL (segments/_localio.c); optional
+    from segments import _localio  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - a build without the extension
+    _localio = None
 
 ALIGN = 4096  # covers 512- and 4096-byte logical blocks; mmap buffers are page aligned
 _POOL_KEEP = 2  # buffers kept for reuse (one per concurrent PUT of a flush cycle)
@@ -68,13 +75,29 @@ def _unsupported(exc: OSError) -> bool:
     return exc.errno in (errno.EINVAL, errno.EOPNOTSUPP)
 
 
+def _fill(view: memoryview, data: Sequence[Buffer]) -> None:
+    """``data`` one after the other at the start of ``view``: without the GIL where the
+    extension is built (a merge's 16 MiB would otherwise hold it for milliseconds)."""
+    if _localio is not None:
+        _localio.copy_into(view, data)
+        return
+    pos = 0
+    for part in data:
+        n = memoryview(part).nbytes
+        view[pos : pos + n] = memoryview(part).cast("B")
+        pos += n
+
+
 def write_direct(
-    path: str, data: Sequence[Buffer], crc: int | None = None
+    path: str, data: Sequence[Buffer], crc: int | None = None, piece: int | None = None
 ) -> tuple[int, int] | None:
     """Create ``path`` (exclusive) holding the concatenation of ``data``, written with
     ``O_DIRECT`` and not yet fsynced. Returns (CRC-32C, size), or None where the
     filesystem does not take ``O_DIRECT`` (nothing is left at ``path`` then). A ``crc``
-    given (the caller's, ``LocalStore.put_if_absent``) is returned as is, not computed."""
+    given (the caller's, ``LocalStore.put_if_absent``) is returned as is, not computed.
+    ``piece`` (a multiple of ``ALIGN``): written ``piece`` bytes per ``write``. Each one
+    returns when the disk has taken it, so a background writer's object never fills the
+    disk's queue ahead of a flush cycle's PUT (``LocalStore.put_paced_if_absent``)."""
     size = sum(memoryview(b).nbytes for b in data)
     padded = -(-size // ALIGN) * ALIGN
     if padded == 0:
@@ -90,18 +113,15 @@ def write_direct(
     try:
         view = memoryview(buf)
         try:
-            pos = 0
-            for part in data:
-                n = memoryview(part).nbytes
-                view[pos : pos + n] = memoryview(part).cast("B")
-                pos += n
+            _fill(view, data)
             view[size:padded] = bytes(padded - size)  # the pad is cut off below
             if crc is None:
                 crc = _crc32c.crc32c(view[:size])
             done = 0
+            step = padded if piece is None else piece
             while done < padded:
                 try:
-                    done += os.write(fd, view[done:padded])
+                    done += os.write(fd, view[done : min(padded, done + step)])
                 except OSError as exc:
                     if done == 0 and _unsupported(exc):
                         return None

@@ -27,8 +27,11 @@ caller that already has the object's CRC-32C passes it (``put_if_absent``'s ``cr
 and nothing is hashed at all (docs/benchmarks.md, "Round 4: CRC passes"). With
 ``direct_io`` (``file://PATH?direct_io=true``; the older ``KAFSCALE_DIRECT_IO=1`` still
 works) new objects are written with ``O_DIRECT``
-(``segments/direct_io.py``); off by default: it saves system CPU on writes but leaves
-nothing in the page cache for readers of segments evicted from the broker's cache.
+(``segments/direct_io.py``). Without it, a flush PUT of ``DIRECT_MIN_BYTES`` (2 MiB) or
+more is written that way (unless ``keep_page_cache``): the copy into new page-cache pages
+was ~40 % of the broker's CPU under plain produce at full speed, and its pages would be
+dropped after the ``fsync`` anyway; smaller PUTs and merges go through the page cache,
+where a write that waits for the disk cost them more (docs/benchmarks.md, "Round 25").
 
 A written object's pages are dropped from the page cache right after its ``fsync``
 (``POSIX_FADV_DONTNEED``; clean by then, so nothing is lost or written twice): the broker
@@ -102,6 +105,9 @@ _ETAG_CACHE_MAX = 65536
 # put_paced_if_absent: bytes written per fdatasync. A 1 MiB flush PUT takes ~2.4 ms of
 # this project's VM disk; 256 KiB keeps a flush's wait behind a merge well under that
 PACED_PIECE_BYTES = 256 * 1024
+# a flush PUT at least this large is written with O_DIRECT by default (segments/direct_io.py):
+# its buffered write was ~40 % of the broker's CPU under plain produce at full speed
+DIRECT_MIN_BYTES = 2 << 20
 
 
 class LocalStore:
@@ -210,6 +216,18 @@ class LocalStore:
                 continue
             fsync_dir(os.path.dirname(d))
 
+    def _direct(self, data: Sequence[Buffer], piece: int | None) -> bool:
+        """Whether a new object is written with ``O_DIRECT``: every one with
+        ``direct_io``; else a flush PUT of ``DIRECT_MIN_BYTES`` or more, unless the store
+        keeps written pages cached (``keep_page_cache``). Background writes (``piece``:
+        merges) and smaller PUTs go through the page cache: a write that waits for the
+        disk cost them more than the copy (docs/benchmarks.md, "Round 25")."""
+        if self.direct_io:
+            return True
+        if piece is not None or not self.drop_cache:
+            return False
+        return sum(memoryview(b).nbytes for b in data) >= DIRECT_MIN_BYTES
+
     def _write_tmp(
         self, key: str, data: Sequence[Buffer], known: int | None, piece: int | None = None
     ) -> TmpObject:
@@ -222,7 +240,7 @@ class LocalStore:
         if os.path.lexists(final):
             raise ObjectExistsError(key)
         tmp = os.path.join(directory, f".{name}{TMP_MARKER}{uuid.uuid4().hex}")
-        direct = write_direct(tmp, data, known) if self.direct_io else None
+        direct = write_direct(tmp, data, known, piece) if self._direct(data, piece) else None
         if direct is not None:
             fd = os.open(tmp, os.O_WRONLY)
         else:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pytest
 
+from segments import direct_io, local_store
 from segments.direct_io import ALIGN, write_direct
-from segments.local_store import LocalStore, crc_etag
+from segments.local_store import DIRECT_MIN_BYTES, PACED_PIECE_BYTES, LocalStore, crc_etag
+from segments.store import Buffer
 
 
 @pytest.mark.parametrize("size", [1, ALIGN - 1, ALIGN, ALIGN + 1, 3 * (1 << 20) + 17])
@@ -50,3 +54,95 @@ def test_the_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert LocalStore.from_url(f"file://{tmp_path}").direct_io is False  # the default
     monkeypatch.setenv("KAFSCALE_DIRECT_IO", "1")
     assert LocalStore.from_url(f"file://{tmp_path}").direct_io is True
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the objects the store writes through ``write_direct`` (the real one)."""
+    sizes: list[int] = []
+    real = local_store.write_direct
+
+    def spy(path: str, data: Sequence[Buffer], *args: Any) -> tuple[int, int] | None:
+        sizes.append(sum(memoryview(b).nbytes for b in data))
+        return real(path, data, *args)
+
+    monkeypatch.setattr(local_store, "write_direct", spy)
+    return sizes
+
+
+async def test_large_flush_puts_go_direct_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = _spy(monkeypatch)
+    store = LocalStore.from_url(f"file://{tmp_path}/s")
+    big, small = os.urandom(DIRECT_MIN_BYTES + 5), os.urandom(DIRECT_MIN_BYTES - 1)
+    await store.put_if_absent("t/0/big", [big[:7], big[7:]])
+    await store.put_if_absent("t/0/small", [small])
+    await store.put_paced_if_absent("t/0/merged", [big])  # a merge's: through the cache
+    assert sizes == [len(big)]
+    for key, data in (("big", big), ("small", small), ("merged", big)):
+        assert await store.get(f"t/0/{key}") == data
+    assert sorted(p.name for p in (tmp_path / "s/t/0").iterdir()) == ["big", "merged", "small"]
+
+
+async def test_keeping_the_page_cache_writes_every_put_through_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = _spy(monkeypatch)
+    store = LocalStore.from_url(f"file://{tmp_path}?keep_page_cache=true")
+    await store.put_if_absent("t/0/big", [os.urandom(DIRECT_MIN_BYTES)])
+    assert sizes == []
+
+
+async def test_direct_io_writes_every_object_direct_merges_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = _spy(monkeypatch)
+    writes: list[int] = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: Buffer) -> int:
+        writes.append(memoryview(data).nbytes)
+        return real_write(fd, data)
+
+    store = LocalStore.from_url(f"file://{tmp_path}?direct_io=true")
+    data = os.urandom(3 * PACED_PIECE_BYTES + 100)
+    monkeypatch.setattr(direct_io.os, "write", counting_write)
+    await store.put_paced_if_absent("t/0/merged", [data])
+    monkeypatch.setattr(direct_io.os, "write", real_write)
+    await store.put_if_absent("t/0/small", [b"x" * 10])
+    assert sizes == [len(data), 10]
+    if writes:  # empty: the file system took no O_DIRECT, the page cache wrote it
+        assert writes == [PACED_PIECE_BYTES] * 3 + [ALIGN]
+    assert await store.get("t/0/merged") == data
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_aligned_buffer_is_filled_with_every_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    if native and direct_io._localio is None:
+        pytest.skip("segments._localio is not built (pip install -e . builds it)")
+    if not native:
+        monkeypatch.setattr(direct_io, "_localio", None)
+    data = os.urandom(3 * (1 << 20) + 17)
+    parts: list[Buffer] = [data[:5], memoryview(data)[5 : 1 << 20], bytearray(data[1 << 20 :])]
+    got = write_direct(str(tmp_path / "obj"), parts, None, 1 << 20)
+    if got is None:
+        pytest.skip("this filesystem does not take O_DIRECT")
+    assert got == (crc32c.crc32c(data), len(data))
+    assert (tmp_path / "obj").read_bytes() == data
+
+
+def test_copy_into_copies_the_buffers_one_after_the_other() -> None:
+    if direct_io._localio is None:
+        pytest.skip("segments._localio is not built (pip install -e . builds it)")
+    copy_into = direct_io._localio.copy_into
+    target = bytearray(b"-" * 12)
+    assert copy_into(target, [b"abc", memoryview(b"defg")[1:], bytearray(b"")]) == 6
+    assert target == b"abcefg------"
+    with pytest.raises(ValueError, match="smaller"):
+        copy_into(bytearray(2), [b"abc"])
+    with pytest.raises(BufferError):
+        copy_into(b"read-only", [b"a"])
+    with pytest.raises(TypeError):
+        copy_into(bytearray(4), [b"a", 7])
