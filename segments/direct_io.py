@@ -7,8 +7,9 @@ broker's own segment cache, so the page cache only costs: on the project's VM a 
 charging, copying; then writeback at ``fsync``), ``O_DIRECT`` from an aligned buffer
 0.2-0.3 ms plus one ``memcpy`` into that buffer (docs/benchmarks.md), made without the
 GIL where ``segments/_localio.c`` is built. The parts are copied into a page-aligned
-buffer (pooled), padded to a multiple of ``ALIGN``, written, and the file is truncated
-to its real size before the caller's ``fsync``.
+buffer (pooled; ``CHUNK`` bytes at a time, so that the buffers stay small), padded to a
+multiple of ``ALIGN``, written, and the file is truncated to its real size before the
+caller's ``fsync``.
 
 A filesystem without ``O_DIRECT`` (``EINVAL`` at open or at the first write, e.g. some
 tmpfs or FUSE mounts) makes ``write_direct`` return None before anything is left
@@ -39,8 +40,8 @@ except ImportError:  # pragma: no cover - a build without the extension
     _localio = None
 
 ALIGN = 4096  # covers 512- and 4096-byte logical blocks; mmap buffers are page aligned
+CHUNK = 4 << 20  # bytes copied into the aligned buffer and written at a time
 _POOL_KEEP = 2  # buffers kept for reuse (one per concurrent PUT of a flush cycle)
-_POOL_MAX = 16 << 20  # larger buffers are not kept (bounded memory)
 _GRAIN = 1 << 20
 
 
@@ -62,7 +63,7 @@ class _Pool:
 
     def give(self, buf: mmap.mmap) -> None:
         with self._lock:
-            if len(buf) <= _POOL_MAX and len(self._free) < _POOL_KEEP:
+            if len(buf) <= CHUNK and len(self._free) < _POOL_KEEP:
                 self._free.append(buf)
                 return
         buf.close()
@@ -75,17 +76,23 @@ def _unsupported(exc: OSError) -> bool:
     return exc.errno in (errno.EINVAL, errno.EOPNOTSUPP)
 
 
-def _fill(view: memoryview, data: Sequence[Buffer]) -> None:
-    """``data`` one after the other at the start of ``view``: without the GIL where the
-    extension is built (a merge's 16 MiB would otherwise hold it for milliseconds)."""
-    if _localio is not None:
-        _localio.copy_into(view, data)
-        return
+def _fill(view: memoryview, data: Sequence[Buffer], lo: int, n: int) -> None:
+    """Bytes ``[lo, lo + n)`` of the concatenation of ``data`` at the start of ``view``:
+    copied without the GIL where the extension is built."""
+    parts: list[memoryview] = []
     pos = 0
     for part in data:
-        n = memoryview(part).nbytes
-        view[pos : pos + n] = memoryview(part).cast("B")
-        pos += n
+        m = memoryview(part).cast("B")
+        if pos + m.nbytes > lo and pos < lo + n:
+            parts.append(m[max(0, lo - pos) : min(m.nbytes, lo + n - pos)])
+        pos += m.nbytes
+    if _localio is not None:
+        _localio.copy_into(view, parts)
+        return
+    at = 0
+    for m in parts:
+        view[at : at + m.nbytes] = m
+        at += m.nbytes
 
 
 def write_direct(
@@ -108,27 +115,21 @@ def write_direct(
         if _unsupported(exc):
             return None
         raise
-    buf = _pool.take(padded)
+    step = min(CHUNK if piece is None else piece, padded)
+    buf = _pool.take(step)
     ok = False
     try:
+        if crc is None:
+            crc = 0
+            for part in data:
+                crc = _crc32c.crc32c(part, crc)
         view = memoryview(buf)
         try:
-            _fill(view, data)
-            view[size:padded] = bytes(padded - size)  # the pad is cut off below
-            if crc is None:
-                crc = _crc32c.crc32c(view[:size])
-            done = 0
-            step = padded if piece is None else piece
-            while done < padded:
-                try:
-                    done += os.write(fd, view[done : min(padded, done + step)])
-                except OSError as exc:
-                    if done == 0 and _unsupported(exc):
-                        return None
-                    raise
+            if not _write_chunks(fd, view, data, size, step):
+                return None
         finally:
             view.release()
-        os.ftruncate(fd, size)
+        os.ftruncate(fd, size)  # the last chunk's pad cut off
         ok = True
         return crc, size
     finally:
@@ -136,3 +137,24 @@ def write_direct(
         os.close(fd)
         if not ok:
             os.unlink(path)
+
+
+def _write_chunks(fd: int, view: memoryview, data: Sequence[Buffer], size: int, step: int) -> bool:
+    """``data`` through ``view`` (``step`` bytes, aligned), ``step`` bytes per ``write``;
+    False when the file system refuses the first ``O_DIRECT`` write."""
+    done = 0
+    while done < size:
+        n = min(step, size - done)
+        _fill(view, data, done, n)
+        m = -(-n // ALIGN) * ALIGN
+        view[n:m] = bytes(m - n)  # the pad, cut off by the caller
+        written = 0
+        while written < m:
+            try:
+                written += os.write(fd, view[written:m])
+            except OSError as exc:
+                if done == 0 and written == 0 and _unsupported(exc):
+                    return False
+                raise
+        done += n
+    return True

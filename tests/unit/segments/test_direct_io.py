@@ -125,7 +125,8 @@ def test_the_aligned_buffer_is_filled_with_every_part(
     if not native:
         monkeypatch.setattr(direct_io, "_localio", None)
     data = os.urandom(3 * (1 << 20) + 17)
-    parts: list[Buffer] = [data[:5], memoryview(data)[5 : 1 << 20], bytearray(data[1 << 20 :])]
+    mid = 3 << 19  # parts that end inside a 1 MiB chunk and span chunks
+    parts: list[Buffer] = [data[:5], memoryview(data)[5:mid], bytearray(data[mid:])]
     got = write_direct(str(tmp_path / "obj"), parts, None, 1 << 20)
     if got is None:
         pytest.skip("this filesystem does not take O_DIRECT")
