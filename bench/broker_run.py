@@ -204,8 +204,10 @@ def _brief(res: dict[str, Any]) -> str:
         text += f"  server CPU {res['server_cpu_s'] * 1000 / (res['bytes'] / MB):.1f} ms/MB"
     if "put_p99_ms" in res:
         text += f"  PUT p99 {res['put_p99_ms']:.1f} ms ({res['put_count']})"
+        text += f" max {res.get('put_max_ms', float('nan')):.0f}"
     if "commit_p99_ms" in res:
         text += f"  txn p99 {res['commit_p99_ms']:.1f} ms ({res['commit_count']})"
+        text += f" max {res.get('commit_max_ms', float('nan')):.0f}"
     if "wait_p99_ms" in res:
         text += f"  cycle wait p99 {res['wait_p99_ms']:.1f} ms"
     if "p50_ms" in res:

@@ -22,9 +22,10 @@ PRODUCE_WAIT = "kafscale_produce_commit_wait_seconds"  # its wait on the flush a
 PER_BYTE = "kafscale_produce_byte_duration_seconds"  # the same per byte: ~ per message
 ORDER = "kafscale_flush_order_wait_seconds"  # a cycle's wait for the previous commit
 TIMER = "kafscale_flush_timer_delay_seconds"  # the flush timer's lateness: loop lag
+CYCLE = "kafscale_flush_cycle_duration_seconds"  # a whole cycle: its PUTs and its commit
 #: histogram -> the result key's prefix
 KEYS = {PUT: "put", COMMIT: "commit", WAIT: "wait", PRODUCE: "broker", PRODUCE_WAIT: "acked",
-        PER_BYTE: "bytes", ORDER: "order", TIMER: "lag"}  # fmt: skip
+        PER_BYTE: "bytes", ORDER: "order", TIMER: "lag", CYCLE: "cycle"}  # fmt: skip
 #: counters whose growth during the phase is reported (result key): segments merged by
 #: the broker's maintenance meanwhile (a burst's merges share the disk and the cores)
 COUNTERS = {"kafscale_maintenance_merged_segments_total": "merged"}
@@ -77,13 +78,17 @@ def quantile(before: Buckets, after: Buckets, q: float) -> tuple[float, int]:
 
 def waits(before: dict[str, Buckets], after: dict[str, Buckets]) -> dict[str, Any]:
     """``put_p99_ms``, ``commit_p99_ms``, ``wait_p99_ms`` (and ``broker_``, ``acked_``,
-    ``bytes_``, ``order_``, ``lag_``) and their counts for one phase (only those the broker exports:
-    a base tree from before they existed has fewer or none)."""
+    ``bytes_``, ``order_``, ``lag_``), their counts and their ``_max_ms`` (the highest
+    bucket's bound) for one phase (only those the broker exports: a base tree from
+    before they existed has fewer or none)."""
     out: dict[str, Any] = {}
     for name, key in KEYS.items():
         if name in after:
             p99, n = quantile(before.get(name, {}), after[name], 0.99)
             out[f"{key}_p99_ms"], out[f"{key}_count"] = p99, n
+            # the top of the highest bucket reached: a stall of one or two cycles in a
+            # paced phase lies above the p99 of its ~500 PUTs and commits
+            out[f"{key}_max_ms"] = quantile(before.get(name, {}), after[name], 1.0)[0]
     for name, key in COUNTERS.items():
         if name in after:
             out[key] = int(after[name][math.inf] - before.get(name, {}).get(math.inf, 0.0))

@@ -1,5 +1,6 @@
 """Writing a new object file with ``O_DIRECT`` (``LocalStore.put_if_absent``: every object
-with ``file://DIR?direct_io=true``, else flush PUTs of at least ``DIRECT_MIN_BYTES``).
+with ``file://DIR?direct_io=true``, else PUTs of at least ``DIRECT_MIN_BYTES`` that are
+not paced).
 
 Every object the broker writes is fsynced at once and read back, if at all, through the
 broker's own segment cache, so the page cache only costs: on the project's VM a buffered

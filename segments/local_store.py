@@ -27,8 +27,9 @@ caller that already has the object's CRC-32C passes it (``put_if_absent``'s ``cr
 and nothing is hashed at all (docs/benchmarks.md, "Round 4: CRC passes"). With
 ``direct_io`` (``file://PATH?direct_io=true``; the older ``KAFSCALE_DIRECT_IO=1`` still
 works) new objects are written with ``O_DIRECT``
-(``segments/direct_io.py``). Without it, a flush PUT of ``DIRECT_MIN_BYTES`` (2 MiB) or
-more is written that way (unless ``keep_page_cache``): the copy into new page-cache pages
+(``segments/direct_io.py``). Without it, a PUT of ``DIRECT_MIN_BYTES`` (2 MiB) or more
+that is not paced (a flush cycle's under plain produce at full speed, a compaction's) is
+written that way (unless ``keep_page_cache``): the copy into new page-cache pages
 was ~40 % of the broker's CPU under plain produce at full speed, and its pages would be
 dropped after the ``fsync`` anyway; smaller PUTs and merges go through the page cache,
 where a write that waits for the disk cost them more (docs/benchmarks.md, "Round 25").
@@ -105,8 +106,8 @@ _ETAG_CACHE_MAX = 65536
 # put_paced_if_absent: bytes written per fdatasync. A 1 MiB flush PUT takes ~2.4 ms of
 # this project's VM disk; 256 KiB keeps a flush's wait behind a merge well under that
 PACED_PIECE_BYTES = 256 * 1024
-# a flush PUT at least this large is written with O_DIRECT by default (segments/direct_io.py):
-# its buffered write was ~40 % of the broker's CPU under plain produce at full speed
+# a PUT (not paced) at least this large is written with O_DIRECT by default
+# (segments/direct_io.py): buffered, it was ~40 % of the broker's CPU under plain produce
 DIRECT_MIN_BYTES = 2 << 20
 
 
@@ -218,7 +219,7 @@ class LocalStore:
 
     def _direct(self, data: Sequence[Buffer], piece: int | None) -> bool:
         """Whether a new object is written with ``O_DIRECT``: every one with
-        ``direct_io``; else a flush PUT of ``DIRECT_MIN_BYTES`` or more, unless the store
+        ``direct_io``; else a PUT of ``DIRECT_MIN_BYTES`` or more, unless the store
         keeps written pages cached (``keep_page_cache``). Background writes (``piece``:
         merges) and smaller PUTs go through the page cache: a write that waits for the
         disk cost them more than the copy (docs/benchmarks.md, "Round 25")."""

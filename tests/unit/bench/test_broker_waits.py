@@ -22,7 +22,11 @@ def test_quantile_of_what_happened_between_two_scrapes() -> None:
 def test_waits_names_what_the_broker_exports() -> None:
     put = "kafscale_segment_put_duration_seconds"
     got = waits({}, {put: {0.001: 5.0, math.inf: 5.0}})
-    assert got == {"put_p99_ms": 0.001 * 1000 * 0.99, "put_count": 5}
+    assert got == {"put_p99_ms": 0.001 * 1000 * 0.99, "put_count": 5, "put_max_ms": 1.0}
+    # one stall above ~500 fast PUTs: beyond their p99, within their max
+    buckets = {0.001: 500.0, 0.25: 500.0, 0.5: 501.0, math.inf: 501.0}
+    got = waits({put: {0.001: 100.0, 0.25: 100.0, 0.5: 100.0, math.inf: 100.0}}, {put: buckets})
+    assert got["put_count"] == 401 and got["put_p99_ms"] <= 1.0 and got["put_max_ms"] == 500.0
     assert waits({}, {}) == {}
 
 
