@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from protocol.records import build_batch
 from segments.format import parse_object_name, segment_key
+from segments.local_store import DIRECT_MIN_BYTES
 from segments.writer import build_segment
 from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.integration import kafka_raw as kr
@@ -76,8 +77,8 @@ class CrashLoad:
     """A confluent-kafka producer (acks=all) that records every acknowledged record's
     (partition, offset) and keeps a steady load until the broker dies."""
 
-    def __init__(self, b: BrokerProcess, topic: str, idempotent: bool) -> None:
-        self.b, self.topic = b, topic
+    def __init__(self, b: BrokerProcess, topic: str, idempotent: bool, pad: int = 0) -> None:
+        self.b, self.topic, self.pad = b, topic, b"." * pad
         self.acked: dict[bytes, tuple[int, int]] = {}
         self.lock = threading.Lock()
         self.loaded = threading.Event()  # the first record of the load phase is acked
@@ -102,6 +103,10 @@ class CrashLoad:
             if (msg.value() or b"").startswith(b"m-"):
                 self.loaded.set()
 
+    def value(self, i: int) -> bytes:
+        """The load's ``i``-th value: ``m-<i>``, padded with dots to its size."""
+        return b"m-%d" % i + self.pad
+
     def warm_up(self, n: int) -> None:
         for i in range(n):
             self.p.produce(self.topic, key=b"w%d" % i, value=b"warm-%d" % i, on_delivery=self._cb)
@@ -124,7 +129,7 @@ class CrashLoad:
                 i = self.sent
                 try:
                     self.p.produce(
-                        self.topic, key=b"k%d" % (i % 7), value=b"m-%d" % i, on_delivery=self._cb
+                        self.topic, key=b"k%d" % (i % 7), value=self.value(i), on_delivery=self._cb
                     )
                 except BufferError:
                     break
@@ -140,7 +145,7 @@ def _check_recovered(
 ) -> None:
     """Every acked record at its (partition, offset); contiguous, valid logs; the next
     produce continues at each log end."""
-    produced = {b"warm-%d" % j for j in range(100)} | {b"m-%d" % j for j in range(load.sent)}
+    produced = {b"warm-%d" % j for j in range(100)} | {load.value(j) for j in range(load.sent)}
     found: dict[bytes, tuple[int, int]] = {}
     for part in range(PARTS):
         got = kr.fetch_all(b.port, load.topic, part)
@@ -152,7 +157,7 @@ def _check_recovered(
         if idempotent:  # retries across the crash were deduplicated, in order
             assert len(values) == len(set(values)), f"seed {seed}: duplicates in {part}"
             sent = [v for v in values if v.startswith(b"m-")]
-            assert sent == sorted(sent, key=lambda v: int(v[2:]))
+            assert sent == sorted(sent, key=lambda v: int(v[2:].rstrip(b".")))
         found.update({v: (part, o) for o, _, v in got.records if v is not None})
         state = check_partition(backend, load.topic, part)
         assert state.next_offset == got.high_watermark
@@ -188,6 +193,38 @@ def test_kill9_during_acks_all_produce(
     out = inspect_cli(_inspect_target(backend, state.keys[-1]))
     assert out.returncode == 0, out.stdout + out.stderr
     assert str(state.next_offset - 1) in out.stdout
+    assert "Traceback" not in b.log_text()
+
+
+def test_kill9_during_flush_cycles_written_past_the_page_cache(
+    request: pytest.FixtureRequest, tmp_path: Path, started: list[BrokerProcess]
+) -> None:
+    """Flush cycles of several MiB per partition, which the local store writes with
+    O_DIRECT (``DIRECT_MIN_BYTES``, docs/benchmarks.md "Round 25"): every acknowledged
+    record survives a kill -9 among them, and such segments were written."""
+    backend = make_backend(request, "local", tmp_path / "backend")
+    seed = random.randrange(1 << 30)
+    kill_after = random.Random(seed).uniform(0.3, 1.5)
+    # cycles by size or age only: buffers grow to --flush-bytes (4 MiB) between cycles
+    b = _start(backend, tmp_path / "broker", started, "--default-partitions", str(PARTS),
+               "--flush-when-idle", "false", "--flush-interval-ms", "1000")  # fmt: skip
+    # plain: requests pipelined (an idempotent producer's one request in flight per
+    # partition makes ~1 MB cycles)
+    load = CrashLoad(b, "recover-large", idempotent=False, pad=4000)
+    load.warm_up(100)
+    before = load.until_killed(kill_after)
+    print(f"seed {seed}: killed {kill_after:.2f}s in, {load.sent} sent, {len(before)} acked")
+    b.start()
+    assert load.p.flush(45) == 0
+    _check_recovered(backend, b, load, False, seed)
+    root = Path(backend.store_url[len("file://") :])
+    sizes = [p.stat().st_size for p in root.rglob("*.kfs")]
+    assert max(sizes) >= DIRECT_MIN_BYTES, f"seed {seed}: segment sizes {sorted(sizes)[-5:]}"
+    logs = [kr.fetch_all(b.port, load.topic, part).records for part in range(PARTS)]
+    b.kill9()  # again: a new process reads every segment back from the disk
+    b.start()
+    for part in range(PARTS):
+        assert kr.fetch_all(b.port, load.topic, part).records == logs[part], f"seed {seed}"
     assert "Traceback" not in b.log_text()
 
 
