@@ -253,49 +253,6 @@ static PyObject *close_all(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *join(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    PyObject *seq = PySequence_Fast(arg, "join() takes a sequence of buffers");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
-    PyObject *out = NULL;
-    Py_ssize_t got = 0, total = 0;
-    if (views == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; got < n; got++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got],
-                               PyBUF_SIMPLE) < 0)
-            goto done;
-        if (views[got].len > PY_SSIZE_T_MAX - total) {
-            got++;
-            PyErr_SetString(PyExc_OverflowError, "joined buffers are too large");
-            goto done;
-        }
-        total += views[got].len;
-    }
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (out == NULL)
-        goto done;
-    char *dst = PyBytes_AS_STRING(out);
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(dst, views[i].buf, (size_t)views[i].len);
-        dst += views[i].len;
-    }
-    Py_END_ALLOW_THREADS
-done:
-    for (Py_ssize_t i = 0; i < got; i++)
-        PyBuffer_Release(&views[i]);
-    PyMem_Free(views);
-    Py_DECREF(seq);
-    return out;
-}
-
 /* Export every buffer of seq (a sequence from PySequence_Fast) into views; their total
  * length in *total. On error: -1, an exception set, and every view released. */
 static int export_all(PyObject *seq, Py_buffer *views, Py_ssize_t *total)
@@ -318,6 +275,43 @@ static int export_all(PyObject *seq, Py_buffer *views, Py_ssize_t *total)
         *total += views[got].len;
     }
     return 0;
+}
+
+/* The views' bytes one after the other at dst, the GIL released while copying. */
+static void copy_all(char *dst, const Py_buffer *views, Py_ssize_t n)
+{
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(dst, views[i].buf, (size_t)views[i].len);
+        dst += views[i].len;
+    }
+    Py_END_ALLOW_THREADS
+}
+
+static PyObject *join(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *seq = PySequence_Fast(arg, "join() takes a sequence of buffers");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    PyObject *out = NULL;
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (export_all(seq, views, &total) < 0)
+        goto done;
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out != NULL)
+        copy_all(PyBytes_AS_STRING(out), views, n);
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyBuffer_Release(&views[i]);
+done:
+    PyMem_Free(views);
+    Py_DECREF(seq);
+    return out;
 }
 
 static PyObject *copy_into(PyObject *self, PyObject *args)
@@ -346,13 +340,7 @@ static PyObject *copy_into(PyObject *self, PyObject *args)
     if (total > dst.len) {
         PyErr_SetString(PyExc_ValueError, "the target is smaller than the buffers");
     } else {
-        char *p = dst.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            memcpy(p, views[i].buf, (size_t)views[i].len);
-            p += views[i].len;
-        }
-        Py_END_ALLOW_THREADS
+        copy_all(dst.buf, views, n);
         out = PyLong_FromSsize_t(total);
     }
     for (Py_ssize_t i = 0; i < n; i++)
