@@ -28,6 +28,26 @@ def _percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+#: the longest sleep between two polls of a paced producer: a delivery report waits at
+#: most this long to be seen (``Message.latency`` is taken when the callback runs)
+PACE_SLICE_S = 0.0002
+
+
+def pace(producer: Any, until: float) -> None:
+    """Serve delivery reports until ``until`` (``time.perf_counter``). ``poll`` waits
+    whole milliseconds: a shorter timeout returns at once, so pacing 2,000 msg/s with
+    ``poll(wait)`` alone spun a core of the machine the broker shares (docs/benchmarks.md,
+    "Round 26"). A wait under a millisecond is slept in slices of ``PACE_SLICE_S``, with
+    a ``poll(0)`` after each, so a report's latency is read within a slice of its
+    arrival."""
+    while (wait := until - time.perf_counter()) > 0:
+        if wait >= 0.001:
+            producer.poll(wait)
+        else:
+            time.sleep(min(wait, PACE_SLICE_S))
+            producer.poll(0)
+
+
 def _produce(spec: dict[str, Any]) -> dict[str, Any]:
     from confluent_kafka import Producer
 
@@ -45,7 +65,7 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
             "bootstrap.servers": spec["bootstrap"],
             "acks": "all",
             "enable.idempotence": bool(spec["idempotence"]),
-            "linger.ms": 5,
+            "linger.ms": int(spec.get("linger_ms", 5)),
             "message.timeout.ms": int(WORKER_TIMEOUT * 1000),
             "log_level": 3,
             "compression.type": spec.get("compression", "none"),
@@ -64,8 +84,7 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
     cpu0 = time.process_time()  # the producer's own CPU (all its threads: librdkafka's too)
     for i in range(count):
         if rate:
-            while (wait := start + i / rate - time.perf_counter()) > 0:
-                producer.poll(wait)
+            pace(producer, start + i / rate)
         while True:
             try:
                 producer.produce(topic, payload, partition=i % partitions, on_delivery=delivered)

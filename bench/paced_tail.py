@@ -38,6 +38,7 @@ from typing import Any
 from bench.alternating import alternate
 from bench.broker_run import create_topics
 from bench.broker_targets import BrokerLimits, base_target, broker_target, cpu_seconds
+from bench.broker_workers import pace
 
 SLOW_S = 0.010  # a message slower than this is part of a stall
 
@@ -72,8 +73,7 @@ def produce(
     out: list[tuple[float, float]] = []
     start = time.perf_counter()
     for i in range(int(rate * seconds)):
-        while (wait := start + i / rate - time.perf_counter()) > 0:
-            p.poll(wait)
+        pace(p, start + i / rate)
         sent = time.perf_counter() - start
 
         def done(err: Any, msg: Any, sent: float = sent) -> None:

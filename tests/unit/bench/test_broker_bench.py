@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from bench.broker_report import format_table
 from bench.broker_run import MB, QUICK, _median
-from bench.broker_workers import _percentile
+from bench.broker_workers import PACE_SLICE_S, _percentile, pace
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -17,6 +18,36 @@ def test_percentile_is_nearest_rank() -> None:
     assert _percentile(values, 0.99) == 99.0
     assert _percentile([7.0], 0.99) == 7.0
     assert math.isnan(_percentile([], 0.5))
+
+
+class _Polls:
+    """What ``pace`` asks of a producer: each ``poll`` timeout (librdkafka waits whole
+    milliseconds: a shorter one returns at once), honoured as a sleep."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def poll(self, timeout: float) -> int:
+        self.timeouts.append(timeout)
+        time.sleep(timeout)
+        return 0
+
+
+def test_pace_never_polls_for_less_than_a_millisecond() -> None:
+    """A sub-millisecond wait is slept in slices with a ``poll(0)`` after each, so that
+    pacing neither spins on ``poll`` (the paced producer spun a whole core before) nor
+    leaves delivery reports unread for longer than a slice."""
+    for wait in (0.0003, 0.0025, 0.02):
+        polls = _Polls()
+        until = time.perf_counter() + wait
+        pace(polls, until)
+        assert time.perf_counter() >= until
+        assert polls.timeouts, "no delivery reports served while waiting"
+        assert all(t == 0 or t >= 0.001 for t in polls.timeouts), polls.timeouts
+    polls = _Polls()
+    pace(polls, time.perf_counter() + 0.0009)  # under a millisecond: slices, each polled
+    assert polls.timeouts and set(polls.timeouts) == {0}
+    assert PACE_SLICE_S < 0.001
 
 
 def _produce(mbs: float, p50: float) -> dict[str, Any]:
