@@ -60,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, help="partitions per topic (default 1)")
     p.add_argument("--compression", default="none",
                    help="producers' compression.type (values then half random)")  # fmt: skip
+    p.add_argument(
+        "--client-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the clients at nice N (19: librdkafka's idempotent producer's "
+        "busy poll takes only idle CPU, as on a host of its own)",
+    )
     p.add_argument("--cache-bytes", type=int, default=64 * MIB)
     p.add_argument("--broker-inflight-bytes", type=int,
                    default=64 * MIB)  # fmt: skip
@@ -126,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     plan = Plan(
         args.messages or plan.messages, plan.paced_rate, plan.paced_seconds,
-        args.partitions or plan.partitions, args.compression,
+        args.partitions or plan.partitions, args.compression, args.client_nice,
     )  # fmt: skip
     if not 1 <= plan.partitions <= 4:
         raise SystemExit("--partitions must be 1..4 (the mock cluster's topics have 4)")

@@ -126,7 +126,7 @@ def format_table(all_results: dict[str, dict[str, Any]], plan: Plan) -> str:
     lines = [
         f"{plan.messages} x {MSG_SIZE} B values per full-speed run, {plan.partitions} "
         f"partition(s), paced run {plan.paced_rate} msg/s for {plan.paced_seconds:g} s; "
-        "MB = 10^6 B"
+        "MB = 10^6 B" + (f"; clients at nice {plan.client_nice}" if plan.client_nice else "")
     ]
     for i, r in enumerate(rows):
         lines.append("  ".join(c.ljust(widths[j]) if j == 0 else c.rjust(widths[j])

@@ -31,6 +31,10 @@ class Plan:
     paced_seconds: float
     partitions: int
     compression: str = "none"  # producers' compression.type
+    # the clients' nice value: librdkafka's idempotent producer busy-polls while its one
+    # request per partition is in flight (docs/benchmarks.md, "Round 26"); at 19 that
+    # spin takes only CPU the broker leaves idle, as on a client host of its own
+    client_nice: int = 0
 
 
 QUICK = Plan(messages=60_000, paced_rate=2_000, paced_seconds=3.0, partitions=1)
@@ -76,7 +80,7 @@ def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, An
     if target.name != "mock":
         create_topics(target.bootstrap, list(topics.values()), plan.partitions)
     base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
-            "compression": plan.compression}  # fmt: skip
+            "compression": plan.compression, "nice": plan.client_nice}  # fmt: skip
     specs: dict[str, dict[str, Any]] = {
         "produce": {"kind": "produce", "topic": topics["produce"], "messages": plan.messages,
                     "idempotence": False},

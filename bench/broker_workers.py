@@ -197,6 +197,8 @@ def _host_mock(rtt_ms: int = 0) -> None:
 
 def worker_main(spec: dict[str, Any]) -> int:
     kind = spec["kind"]
+    if spec.get("nice"):
+        os.nice(int(spec["nice"]))
     if kind == "mock":
         _host_mock(int(spec.get("rtt_ms", 0)))
         return 0

@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from bench.broker_report import format_table
-from bench.broker_run import MB, QUICK, _median
+from bench.broker_run import MB, QUICK, Plan, _median, _phase_specs
+from bench.broker_targets import Target
 from bench.broker_workers import PACE_SLICE_S, _percentile, pace
 
 
@@ -48,6 +49,20 @@ def test_pace_never_polls_for_less_than_a_millisecond() -> None:
     pace(polls, time.perf_counter() + 0.0009)  # under a millisecond: slices, each polled
     assert polls.timeouts and set(polls.timeouts) == {0}
     assert PACE_SLICE_S < 0.001
+
+
+def test_client_nice_reaches_every_phase_and_the_heading() -> None:
+    """``--client-nice`` runs every client of every phase at that nice value, and the
+    report says so (a figure measured that way is never mistaken for the default)."""
+    plan = Plan(1000, 2000, 1.0, 1, client_nice=19)
+    specs = _phase_specs(Target("mock", "127.0.0.1:1"), plan, "r")
+    assert specs and all(spec["nice"] == 19 for spec in specs.values())
+    assert all(
+        spec["nice"] == 0 for spec in _phase_specs(Target("mock", "x:1"), QUICK, "r").values()
+    )
+    mock = {"produce": _produce(800.0, 1.0)}
+    assert "clients at nice 19" in format_table({"mock": mock}, plan)
+    assert "nice" not in format_table({"mock": mock}, QUICK)
 
 
 def _produce(mbs: float, p50: float) -> dict[str, Any]:
