@@ -224,6 +224,13 @@ BROKER_FLAGS: list[tuple[str, str, Callable[[str], object], str]] = [
         "thawed and collected this often (default 3600; 0: Python's own collector)",
     ),
     (
+        "heap-trim-interval-ms",
+        "heap_trim_interval_ms",
+        int,
+        "give the heap's free pages back to the OS this often when 32 MiB or more are free "
+        "(default 5000; 0: never; glibc only)",
+    ),
+    (
         "group-min-session-timeout-ms",
         "group_min_session_timeout_ms",
         int,

@@ -80,6 +80,9 @@ class BrokerConfig:
     # the process's garbage collector (broker/gc_policy.py): survivors of a full collection
     # are frozen, everything is thawed and collected this often (0: Python's collector)
     gc_thaw_interval_s: int = 3600
+    # the heap's free pages are given back to the OS this often, when 32 MiB or more are
+    # free (broker/heap_trim.py; glibc only; 0: never)
+    heap_trim_interval_ms: int = 5000
     # groups (issue 3)
     offsets_retention_minutes: int = 7 * 24 * 60
     group_min_session_timeout_ms: int = 6000

@@ -21,6 +21,7 @@ from broker.gc_policy import GcPolicy
 from broker.group_metrics import GroupMetrics
 from broker.group_store import MetaGroupStore
 from broker.handlers.routes import build_routes
+from broker.heap_trim import HeapTrimmer
 from broker.instrumented import InstrumentedMeta, InstrumentedStore
 from broker.log_metrics import LogMetrics
 from broker.logs import LogManager
@@ -311,6 +312,11 @@ async def serve(config: BrokerConfig) -> None:
     if gc_policy is not None:
         log.debug("%d start-up objects frozen for the garbage collector", gc_policy.install())
         thaws = asyncio.create_task(gc_policy.run(), name="gc-thaws")
+    trimmer = HeapTrimmer.load() if config.heap_trim_interval_ms > 0 else None
+    if trimmer is not None:
+        trims = asyncio.create_task(
+            trimmer.run(config.heap_trim_interval_ms / 1000), name="heap-trims"
+        )
     log.info(
         "kafscale broker %d serving %s:%d (advertised %s:%d), store %s, metadata %s",
         config.node_id,
@@ -347,4 +353,6 @@ async def serve(config: BrokerConfig) -> None:
     log.info("shutting down: flushing buffers and releasing partitions")
     if gc_policy is not None:
         thaws.cancel()  # what is frozen stays so: a thaw now would be one long pause
+    if trimmer is not None:
+        trims.cancel()
     await broker.stop()

@@ -133,6 +133,8 @@ def test_broker_defaults() -> None:
     assert config.merge_min_segments == default.merge_min_segments == 4
     assert config.gc_thaw_interval_s == default.gc_thaw_interval_s == 3600
     assert config_from_args(["--gc-thaw-interval-s", "0"])[0].gc_thaw_interval_s == 0
+    assert config.heap_trim_interval_ms == default.heap_trim_interval_ms == 5000
+    assert config_from_args(["--heap-trim-interval-ms", "0"])[0].heap_trim_interval_ms == 0
 
 
 def test_broker_env_fallback_and_flag_wins(monkeypatch: pytest.MonkeyPatch) -> None:
