@@ -13,9 +13,9 @@ heap are free (``mallinfo2``) and, from ``min_free_bytes`` on, releases their pa
 (``malloc_trim``: ``madvise(MADV_DONTNEED)`` on every whole free page, the top trimmed).
 The call runs in a worker thread: it releases the GIL, but holds glibc's arena lock
 meanwhile (7-11 ms for ~80 MiB released on the project's VM), so a ``malloc`` of another
-thread waits that long. What it released is faulted in again when the heap grows back:
-one page fault per 4 KiB, far less than what a flush cycle costs. Not glibc (or older
-than 2.33, without ``mallinfo2``): nothing is trimmed.
+thread waits that long. A page it released is faulted in again (zeroed) when the heap
+grows back into it. Not glibc (or older than 2.33, without ``mallinfo2``): nothing is
+trimmed.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ import logging
 
 log = logging.getLogger(__name__)
 
-#: default interval (``BrokerConfig.heap_trim_interval_ms``)
-DEFAULT_INTERVAL_MS = 5000
 #: trim only from this much free heap on: the top-of-heap trim threshold the broker sets
 MIN_FREE_BYTES = 32 * 1024 * 1024
 
