@@ -62,11 +62,22 @@ def test_below_the_minimum_nothing_is_trimmed() -> None:
 
 def test_run_trims_on_its_schedule_until_cancelled() -> None:
     trimmer = _trimmer(1 << 40)  # looks, never trims: only the schedule is under test
+    looked = trimmer.trim
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
+        third = asyncio.Event()
+
+        def counted() -> bool:  # runs in the worker thread, as the real one does
+            trimmed = looked()
+            if trimmer.checks == 3:
+                loop.call_soon_threadsafe(third.set)
+            return trimmed
+
+        trimmer.trim = counted  # type: ignore[method-assign]
         task = asyncio.create_task(trimmer.run(0.001))
-        while trimmer.checks < 3:
-            await asyncio.sleep(0.001)
+        async with asyncio.timeout(60):
+            await third.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
