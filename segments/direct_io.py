@@ -29,7 +29,7 @@ import errno
 import mmap
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import crc32c as _crc32c
 
@@ -77,16 +77,28 @@ def _unsupported(exc: OSError) -> bool:
     return exc.errno in (errno.EINVAL, errno.EOPNOTSUPP)
 
 
-def _fill(view: memoryview, data: Sequence[Buffer], lo: int, n: int) -> None:
-    """Bytes ``[lo, lo + n)`` of the concatenation of ``data`` at the start of ``view``:
-    copied without the GIL where the extension is built."""
+def _pieces(data: Sequence[Buffer], step: int) -> Iterator[tuple[list[memoryview], int]]:
+    """The concatenation of ``data`` in pieces of ``step`` bytes (the last one shorter):
+    each as the slices of the parts it spans and its length, the parts walked once."""
     parts: list[memoryview] = []
-    pos = 0
+    n = 0
     for part in data:
         m = memoryview(part).cast("B")
-        if pos + m.nbytes > lo and pos < lo + n:
-            parts.append(m[max(0, lo - pos) : min(m.nbytes, lo + n - pos)])
-        pos += m.nbytes
+        while m.nbytes:
+            take = min(step - n, m.nbytes)
+            parts.append(m[:take])
+            n += take
+            m = m[take:]
+            if n == step:
+                yield parts, n
+                parts, n = [], 0
+    if n:
+        yield parts, n
+
+
+def _fill(view: memoryview, parts: list[memoryview]) -> None:
+    """``parts`` one after the other at the start of ``view``: copied without the GIL
+    where the extension is built."""
     if _localio is not None:
         _localio.copy_into(view, parts)
         return
@@ -126,7 +138,7 @@ def write_direct(
                 crc = _crc32c.crc32c(part, crc)
         view = memoryview(buf)
         try:
-            if not _write_chunks(fd, view, data, size, step):
+            if not _write_chunks(fd, view, data, step):
                 return None
         finally:
             view.release()
@@ -140,13 +152,12 @@ def write_direct(
             os.unlink(path)
 
 
-def _write_chunks(fd: int, view: memoryview, data: Sequence[Buffer], size: int, step: int) -> bool:
+def _write_chunks(fd: int, view: memoryview, data: Sequence[Buffer], step: int) -> bool:
     """``data`` through ``view`` (``step`` bytes, aligned), ``step`` bytes per ``write``;
     False when the file system refuses the first ``O_DIRECT`` write."""
-    done = 0
-    while done < size:
-        n = min(step, size - done)
-        _fill(view, data, done, n)
+    first = True
+    for parts, n in _pieces(data, step):
+        _fill(view, parts)
         m = -(-n // ALIGN) * ALIGN
         view[n:m] = bytes(m - n)  # the pad, cut off by the caller
         written = 0
@@ -154,8 +165,8 @@ def _write_chunks(fd: int, view: memoryview, data: Sequence[Buffer], size: int, 
             try:
                 written += os.write(fd, view[written:m])
             except OSError as exc:
-                if done == 0 and written == 0 and _unsupported(exc):
+                if first and written == 0 and _unsupported(exc):
                     return False
                 raise
-        done += n
+        first = False
     return True

@@ -147,3 +147,13 @@ def test_copy_into_copies_the_buffers_one_after_the_other() -> None:
         copy_into(b"read-only", [b"a"])
     with pytest.raises(TypeError):
         copy_into(bytearray(4), [b"a", 7])
+
+
+def test_pieces_cover_the_concatenation_in_steps() -> None:
+    data = os.urandom(10_000)
+    cuts = [0, 1, 7, 4096, 4097, 8191, 9999, 10_000]
+    parts: list[Buffer] = [data[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    pieces = list(direct_io._pieces(parts, 4096))
+    assert [n for _, n in pieces] == [4096, 4096, 10_000 - 8192]
+    assert b"".join(b"".join(p) for p, _ in pieces) == data
+    assert all(sum(m.nbytes for m in p) == n for p, n in pieces)
