@@ -65,7 +65,7 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
             "bootstrap.servers": spec["bootstrap"],
             "acks": "all",
             "enable.idempotence": bool(spec["idempotence"]),
-            "linger.ms": int(spec.get("linger_ms", 5)),
+            "linger.ms": 5,
             "message.timeout.ms": int(WORKER_TIMEOUT * 1000),
             "log_level": 3,
             "compression.type": spec.get("compression", "none"),
