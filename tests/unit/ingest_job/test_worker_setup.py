@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from broker.heap_trim import _MallInfo2
 from ingest_job import worker_setup
 
 SIZE = 48 * 1024 * 1024
@@ -24,15 +25,15 @@ def fresh_state() -> Iterator[None]:
         worker_setup._state.update(saved)
 
 
-def _anon_maps_of_at_least(size: int) -> int:
-    count = 0
-    with open("/proc/self/maps") as f:
-        for line in f:
-            fields = line.split()
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if hi - lo >= size and len(fields) < 6:  # anonymous: no path
-                count += 1
-    return count
+def _mallinfo() -> _MallInfo2:
+    """glibc's allocator figures (2.33+): ``hblkhd`` is the bytes in blocks with a
+    mapping of their own, ``arena`` the heap's. Counting the process's mappings instead
+    was flaky: the kernel merges a new anonymous mapping into a large neighbour."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    libc.mallinfo2.argtypes = []
+    info: _MallInfo2 = libc.mallinfo2()
+    return info
 
 
 def test_freeze_heap_freezes_once(fresh_state: None) -> None:
@@ -55,21 +56,25 @@ def test_tune_allocator_keeps_large_blocks_off_mmap(fresh_state: None) -> None:
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt  # noqa: B018
+        libc.mallinfo2  # noqa: B018
     except (OSError, AttributeError):
-        pytest.skip("not glibc: tune_allocator does nothing here")
-    before = _anon_maps_of_at_least(SIZE)
+        pytest.skip("not glibc 2.33+ (no mallopt or mallinfo2): nothing to check here")
+    mapped = _mallinfo().hblkhd
     block = bytes(SIZE)  # glibc's default: a mapping of its own
-    assert _anon_maps_of_at_least(SIZE) == before + 1
+    assert _mallinfo().hblkhd >= mapped + SIZE
     del block
     try:
         worker_setup.tune_allocator()
+        mapped = _mallinfo().hblkhd
         block = bytes(SIZE)  # now from the heap
         assert sum(block[:: 1 << 20]) == 0
-        heap_maps = _anon_maps_of_at_least(SIZE)
-        assert heap_maps == before  # not a mapping of its own
+        assert _mallinfo().hblkhd < mapped + SIZE  # not a mapping of its own
+        heap = _mallinfo().arena
+        assert heap >= SIZE
         del block
-        again = bytes(SIZE)  # the freed heap is reused
-        assert _anon_maps_of_at_least(SIZE) == heap_maps
+        again = bytes(SIZE)  # the freed heap is reused: the heap does not grow by it
+        assert _mallinfo().arena < heap + SIZE
+        assert _mallinfo().hblkhd < mapped + SIZE
         del again
     finally:
         libc.mallopt(worker_setup.M_MMAP_MAX, 65536)  # glibc's defaults
