@@ -68,12 +68,15 @@ def test_a_large_body_lands_in_huge_pages() -> None:
     view = _buffer(8 << 20)
     addr = _address(view)
     assert addr % HUGE_PAGE == 0  # the body starts at a huge page boundary
-    assert _vma_of(addr).get("THPeligible") == "1"  # advised (under "madvise": only if asked)
+    vma = _vma_of(addr)
+    assert vma.get("THPeligible") == "1"  # advised (under "madvise": only if asked)
+    # the kernel may merge the mapping with an advised neighbour: count what the body adds
+    before = int(vma["AnonHugePages"].split()[0])
     view[:] = os.urandom(len(view))  # the body read in: the pages fault in, 2 MiB each
     if _vmstat("thp_fault_fallback") != fallbacks:
         pytest.skip("the kernel had no free huge page at hand (a fallback, not an error)")
     vma = _vma_of(addr)
-    assert int(vma["AnonHugePages"].split()[0]) == 8 << 10, vma
+    assert int(vma["AnonHugePages"].split()[0]) - before == 8 << 10, vma
 
 
 def _vmstat(name: str) -> int:
