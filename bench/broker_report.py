@@ -34,6 +34,13 @@ ROWS: list[tuple[str, str, str]] = [
     ("idempotent produce msg/s", "produce_idem", "msgs"),
     ("idempotent p50 ms (saturated)", "produce_idem", "p50_ms"),
     ("idempotent p99 ms (saturated)", "produce_idem", "p99_ms"),
+    # one request in flight per partition (librdkafka): the round trip sets the rate
+    # (docs/benchmarks.md, "Round 27"); the client's time between requests, then the
+    # broker's means (histogram sums: exact) of the request and its cycle's parts
+    ("  idempotent: ms between requests", "produce_idem", "request_interval"),
+    ("  idempotent: broker Produce mean ms", "produce_idem", "broker_mean_ms"),
+    ("  idempotent: segment PUT mean ms", "produce_idem", "put_mean_ms"),
+    ("  idempotent: metadata txn mean ms", "produce_idem", "commit_mean_ms"),
     ("paced p50 ms", "paced", "p50_ms"),
     ("paced p99 ms", "paced", "p99_ms"),
     ("  paced: segment PUT p99 ms", "paced", "put_p99_ms"),
@@ -84,6 +91,9 @@ def _metric(results: dict[str, Any], phase: str, metric: str) -> float:
     if metric == "budget":  # the paced p99 goal of issue 13
         parts = [res.get("flush_interval_ms"), res.get("put_p99_ms"), res.get("commit_p99_ms")]
         return math.nan if None in parts else float(sum(parts))
+    if metric == "request_interval":  # the phase's time per Produce request
+        n = res.get("broker_count")
+        return res["seconds"] * 1000 / n if n and res.get("seconds") else math.nan
     if metric in ("mbs", "msgs"):
         mbs, msgs = rate(res, steady=phase.startswith("consume"))
         return mbs if metric == "mbs" else msgs

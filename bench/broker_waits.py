@@ -44,7 +44,7 @@ def scrape_buckets(url: str | None) -> dict[str, Buckets]:
     out: dict[str, Buckets] = {}
     for line in text.splitlines():
         counter, _, value = line.partition(" ")
-        if counter in COUNTERS:
+        if counter in COUNTERS or counter.removesuffix("_sum") in KEYS:
             out[counter] = {math.inf: float(value)}
             continue
         name, _, rest = line.partition("_bucket{")
@@ -78,9 +78,10 @@ def quantile(before: Buckets, after: Buckets, q: float) -> tuple[float, int]:
 
 def waits(before: dict[str, Buckets], after: dict[str, Buckets]) -> dict[str, Any]:
     """``put_p99_ms``, ``commit_p99_ms``, ``wait_p99_ms`` (and ``broker_``, ``acked_``,
-    ``bytes_``, ``order_``, ``lag_``), their counts and their ``_max_ms`` (the highest
-    bucket's bound) for one phase (only those the broker exports: a base tree from
-    before they existed has fewer or none)."""
+    ``bytes_``, ``order_``, ``lag_``), their counts, their ``_max_ms`` (the highest
+    bucket's bound) and their ``_mean_ms`` (from the histograms' sums: exact, where a
+    quantile is interpolated in its bucket) for one phase (only those the broker
+    exports: a base tree from before they existed has fewer or none)."""
     out: dict[str, Any] = {}
     for name, key in KEYS.items():
         if name in after:
@@ -89,7 +90,18 @@ def waits(before: dict[str, Buckets], after: dict[str, Buckets]) -> dict[str, An
             # the top of the highest bucket reached: a stall of one or two cycles in a
             # paced phase lies above the p99 of its ~500 PUTs and commits
             out[f"{key}_max_ms"] = quantile(before.get(name, {}), after[name], 1.0)[0]
+            total = _grown(before, after, f"{name}_sum")
+            if total is not None and n:
+                out[f"{key}_mean_ms"] = total * 1000 / n
     for name, key in COUNTERS.items():
-        if name in after:
-            out[key] = int(after[name][math.inf] - before.get(name, {}).get(math.inf, 0.0))
+        grown = _grown(before, after, name)
+        if grown is not None:
+            out[key] = int(grown)
     return out
+
+
+def _grown(before: dict[str, Buckets], after: dict[str, Buckets], name: str) -> float | None:
+    """How much a single-valued series (a counter, a histogram's sum) grew; None: absent."""
+    if name not in after:
+        return None
+    return after[name][math.inf] - before.get(name, {}).get(math.inf, 0.0)

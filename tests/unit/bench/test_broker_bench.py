@@ -114,3 +114,18 @@ def test_table_has_every_process_cpu_and_the_cores_busy() -> None:
     assert rows["all processes' CPU ms/MB, produce"][-3:] == ["10.0", "3.10", "3.23"]
     assert rows["cores busy, produce"][-3:] == ["1.00", "1.24", "0.81"]
     assert rows["client CPU ms/MB, idempotent"][-3:] == ["-", "-", "-"]  # no such phase
+
+
+def test_table_breaks_the_idempotent_round_trip_down() -> None:
+    """docs/benchmarks.md, "Round 27": the time between the client's requests beside the
+    broker's means of the request, its PUT and its metadata transaction."""
+    idem = {**_produce(100, 2), "broker_count": 400, "broker_mean_ms": 2.9,
+            "put_mean_ms": 1.9, "commit_mean_ms": 0.45}  # fmt: skip
+    mock = _produce(400, 2)
+    text = format_table({"local": {"produce_idem": idem}, "mock": {"produce_idem": mock}}, QUICK)
+    rows = {line.strip().split("  ")[0]: line.split() for line in text.splitlines()}
+    interval = idem["seconds"] * 1000 / 400
+    assert rows["idempotent: ms between requests"][-3:] == [f"{interval:.2f}", "-", "-"]
+    assert rows["idempotent: broker Produce mean ms"][-3:] == ["2.90", "-", "-"]
+    assert rows["idempotent: segment PUT mean ms"][-3:] == ["1.90", "-", "-"]
+    assert rows["idempotent: metadata txn mean ms"][-3:] == ["0.45", "-", "-"]

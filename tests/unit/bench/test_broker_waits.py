@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from bench.broker_waits import quantile, waits
+from bench.broker_waits import quantile, scrape_buckets, waits
 
 
 def test_quantile_of_what_happened_between_two_scrapes() -> None:
@@ -47,3 +47,57 @@ def test_broker_side_histograms_and_merges_during_a_phase() -> None:
     # one slow request in 100, but half the bytes: per byte its latency is the p99
     assert got["bytes_p99_ms"] > 50.0
     assert got["merged"] == 12
+
+
+def test_means_come_from_the_histograms_sums() -> None:
+    """A mean is exact where a quantile is interpolated in its bucket: 10 PUTs of this
+    phase took 0.031 s together, whatever buckets they fell in."""
+    put = "kafscale_segment_put_duration_seconds"
+    before = {put: {0.01: 5.0, math.inf: 5.0}, f"{put}_sum": {math.inf: 0.020}}
+    after = {put: {0.01: 14.0, math.inf: 15.0}, f"{put}_sum": {math.inf: 0.051}}
+    got = waits(before, after)
+    assert got["put_count"] == 10 and math.isclose(got["put_mean_ms"], 3.1)
+    assert "put_mean_ms" not in waits({}, {put: after[put]})  # no sum exported: no mean
+
+
+def test_scrape_reads_the_histograms_sums() -> None:
+    """The sums are read off prometheus-client's exposition beside the buckets, over
+    HTTP; another histogram's sum is left out."""
+    import http.server
+    import threading
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    registry = CollectorRegistry()
+    put = Histogram("kafscale_segment_put_duration_seconds", "x", buckets=[0.01],
+                    registry=registry)  # fmt: skip
+    other = Histogram("kafscale_other_seconds", "x", registry=registry)
+    for took in (0.002, 0.003, 0.005, 0.49):
+        put.observe(took)
+    other.observe(9.0)
+    text = generate_latest(registry)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        got = scrape_buckets(f"http://127.0.0.1:{server.server_address[1]}/metrics")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(30)
+    name = "kafscale_segment_put_duration_seconds"
+    assert got[name] == {0.01: 3.0, math.inf: 4.0}
+    assert math.isclose(got[f"{name}_sum"][math.inf], 0.5)
+    assert "kafscale_other_seconds_sum" not in got
+    assert math.isclose(waits({}, got)["put_mean_ms"], 125.0)
