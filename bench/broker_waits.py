@@ -33,7 +33,8 @@ Buckets = dict[float, float]  # upper bound (s) -> cumulative count
 
 
 def scrape_buckets(url: str | None) -> dict[str, Buckets]:
-    """The cumulative bucket counts of the PUT and commit histograms ({} when absent)."""
+    """The cumulative bucket counts of the histograms in ``KEYS``, their sums (as
+    ``NAME_sum``: {inf: seconds}) and the ``COUNTERS`` ({} when absent)."""
     if not url:
         return {}
     try:
