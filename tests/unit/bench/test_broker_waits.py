@@ -61,12 +61,9 @@ def test_means_come_from_the_histograms_sums() -> None:
 
 
 def test_scrape_reads_the_histograms_sums() -> None:
-    """The sums are read off prometheus-client's exposition beside the buckets, over
-    HTTP; another histogram's sum is left out."""
-    import http.server
-    import threading
-
-    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+    """The sums are read off prometheus-client's exposition beside the buckets, served by
+    its own HTTP server (127.0.0.1, a free port); another histogram's sum is left out."""
+    from prometheus_client import CollectorRegistry, Histogram, start_http_server
 
     registry = CollectorRegistry()
     put = Histogram("kafscale_segment_put_duration_seconds", "x", buckets=[0.01],
@@ -75,23 +72,9 @@ def test_scrape_reads_the_histograms_sums() -> None:
     for took in (0.002, 0.003, 0.005, 0.49):
         put.observe(took)
     other.observe(9.0)
-    text = generate_latest(registry)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(text)))
-            self.end_headers()
-            self.wfile.write(text)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
-        got = scrape_buckets(f"http://127.0.0.1:{server.server_address[1]}/metrics")
+        got = scrape_buckets(f"http://127.0.0.1:{server.server_port}/metrics")
     finally:
         server.shutdown()
         server.server_close()
