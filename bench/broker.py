@@ -27,6 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from bench.broker_goals import format_goals
 from bench.broker_plot import plot
 from bench.broker_report import format_table
 from bench.broker_run import FULL, QUICK, Plan, run_targets, warm_up
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_table(results, plan))
     print(describe(create_ms))
+    print(format_goals(results))
     if args.json is not None:
         out = {"plan": plan.__repr__(), "results": results, "fs_create_ms": create_ms}
         args.json.write_text(json.dumps(out, indent=1))
