@@ -27,7 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.broker_goals import format_goals
+from bench.broker_goals import format_flatness, format_goals
 from bench.broker_plot import plot
 from bench.broker_report import format_table
 from bench.broker_run import FULL, QUICK, Plan, run_targets, warm_up
@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 counts = [int(c) for c in args.partition_sweep.split(",")]
                 sweep = run_partition_sweep(targets, counts, plan.messages, args.sweep_client)
                 print(describe(create_ms))
+                print(format_flatness(sweep))
                 if args.json is not None:
                     out = {"partition_sweep": sweep, "fs_create_ms": create_ms}
                     args.json.write_text(json.dumps(out, indent=1))

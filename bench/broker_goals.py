@@ -107,3 +107,31 @@ def format_goals(results: dict[str, dict[str, Any]]) -> str:
         "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
     ]
     return "\n".join(lines)
+
+
+#: "flat within 20 %" (issue 13, "Many partitions"): the lowest throughput at least this
+#: share of the highest, the highest p99 at most 1 / this times the lowest
+FLAT_WITHIN = 0.8
+
+
+def format_flatness(sweep: dict[str, list[dict[str, Any]]]) -> str:
+    """Per target of a partition sweep, MB/s and p99 at each partition count and whether
+    each stays flat within 20 % across the counts (lowest over highest)."""
+    lines = ["issue 13's many-partition goal (flat within 20 %), judged from this sweep:"]
+    for name, points in sweep.items():
+        if len(points) < 2:
+            continue
+        counts = "/".join(str(p["partitions"]) for p in points)
+        for key, label, unit in (("mbs", "MB/s", ""), ("p99_ms", "p99", " ms")):
+            vals = [float(p[key]) for p in points]
+            low, high = min(vals), max(vals)
+            share = low / high if high > 0 else math.nan
+            met = share >= FLAT_WITHIN
+            shown = "/".join(f"{v:.1f}" for v in vals)
+            lines.append(
+                f"  {name:<7} {label} at {counts} partitions: {shown}{unit}; lowest / highest"
+                f" = {share:.2f}  {'met' if met else 'NOT met'}"
+            )
+    if len(lines) == 1:
+        return "issue 13's many-partition goal: the sweep needs two partition counts or more"
+    return "\n".join(lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.broker_goals import GOALS, format_goals, judge
+from bench.broker_goals import GOALS, format_flatness, format_goals, judge
 from bench.broker_run import MB
 
 MIB = 1 << 20
@@ -98,3 +98,20 @@ def test_goals_without_their_figures_are_left_out() -> None:
     assert " s3 " not in text and "mock" not in text
     assert "plain produce: server CPU ms/MB <= 3" in text
     assert format_goals({"mock": run.get("mock", {})}).endswith("none of their figures")
+
+
+def test_a_partition_sweep_is_flat_within_20_percent_or_not() -> None:
+    def point(n: int, mbs: float, p99: float) -> dict[str, Any]:
+        return {"partitions": n, "mbs": mbs, "p99_ms": p99}
+
+    sweep = {
+        "local": [point(1, 200.0, 400.0), point(100, 180.0, 450.0), point(1000, 170.0, 480.0)],
+        "etcd": [point(1, 220.0, 300.0), point(100, 320.0, 310.0), point(1000, 100.0, 900.0)],
+    }
+    lines = format_flatness(sweep).splitlines()[1:]
+    assert lines[0].startswith("  local   MB/s at 1/100/1000 partitions: 200.0/180.0/170.0;")
+    assert lines[0].endswith("= 0.85  met")  # 170 / 200
+    assert lines[1].endswith("= 0.83  met")  # 400 / 480
+    assert lines[2].endswith("= 0.31  NOT met")  # 100 / 320
+    assert lines[3].endswith("= 0.33  NOT met")  # 300 / 900
+    assert "two partition counts" in format_flatness({"local": [point(1, 1.0, 1.0)]})
