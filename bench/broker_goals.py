@@ -1,8 +1,8 @@
 """Issue 13's goals judged from one run of ``bench.broker``: each goal's figure beside
 its counterpart from the same run (the mock's, the local store's, the paced budget, the
 configured buffers) and whether it is met. A goal whose figures the run did not take (a
-target or a phase left out) is not printed. The goals' wording: docs/benchmarks.md,
-"Set-up and how to read the figures"."""
+target or a phase left out) is not printed. Each goal's label states it; a run judged
+this way: docs/benchmarks.md, "Round 28"."""
 
 from __future__ import annotations
 
