@@ -10,8 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from bench.broker_report import RSS_SLACK_MIB, figure
-from bench.broker_targets import MIB
+from bench.broker_report import RSS_SLACK_MIB, figure, rss_growth
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +64,8 @@ def judge(goal: Goal, results: dict[str, dict[str, Any]]) -> tuple[float, float,
         mem = results[goal.target].get("memory")
         if not mem:
             return None
-        growth = (mem["max_rss"] - mem["baseline_rss"]) / MIB
-        bound = mem["limit_bytes"] / MIB + RSS_SLACK_MIB
-        return growth, bound, growth <= bound
+        growth, limit = rss_growth(mem)
+        return growth, limit + RSS_SLACK_MIB, growth <= limit + RSS_SLACK_MIB
     value = figure(results[goal.target], goal.phase, goal.metric)
     if goal.kind == "max":
         other = goal.limit

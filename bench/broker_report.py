@@ -152,6 +152,11 @@ def format_table(all_results: dict[str, dict[str, Any]], plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def rss_growth(mem: dict[str, Any]) -> tuple[float, float]:
+    """A broker's RSS growth over the run and its configured buffers, both in MiB."""
+    return (mem["max_rss"] - mem["baseline_rss"]) / MIB, mem["limit_bytes"] / MIB
+
+
 def _memory_line(name: str, mem: dict[str, Any] | None) -> str:
     if not mem:
         return f"{name}: no memory samples"
@@ -159,9 +164,9 @@ def _memory_line(name: str, mem: dict[str, Any] | None) -> str:
     peaks = ", ".join(f"{k.removeprefix('kafscale_')} {v / MIB:.1f}"
                       for k, v in sorted(mem["peaks"].items()) if k != LEASE_GAP)  # fmt: skip
     gap = mem["peaks"].get(LEASE_GAP)
-    growth = m["max_rss"] - m["baseline_rss"]
-    verdict = "within" if growth <= m["limit_bytes"] else "OVER"
-    goal = "within" if growth <= m["limit_bytes"] + RSS_SLACK_MIB else "OVER"
+    growth, limit = rss_growth(mem)
+    verdict = "within" if growth <= limit else "OVER"
+    goal = "within" if growth <= limit + RSS_SLACK_MIB else "OVER"
     return (
         f"{name} broker RSS MiB: baseline {m['baseline_rss']:.0f}, max sampled "
         f"{m['max_rss']:.0f}, peak (VmHWM) {m['hwm_rss']:.0f}; growth {growth:.0f} {verdict} "
