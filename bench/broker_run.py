@@ -42,14 +42,24 @@ FULL = Plan(messages=150_000, paced_rate=2_000, paced_seconds=5.0, partitions=1)
 
 
 def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    """CreateTopics on the broker. (The mock cluster has no controller to answer it; it
-    auto-creates topics with 4 partitions, of which the workers use ``partitions``.)"""
+    """CreateTopics on the broker."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
     for fut in futures.values():
         fut.result(30)
+
+
+def target_topics(target: Target, names: list[str], partitions: int) -> None:
+    """Create the topics on any target: CreateTopics on a broker; the mock cluster, which
+    answers no CreateTopics (and would auto-create 4 partitions), through its host
+    (bench/mock_cluster.py)."""
+    if target.create_mock_topic is None:
+        create_topics(target.bootstrap, names, partitions)
+        return
+    for name in names:
+        target.create_mock_topic(name, partitions)
 
 
 def take_partitions(
@@ -77,8 +87,7 @@ CACHED_PASSES = 3
 
 def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, Any]]:
     topics = {k: f"bench-{k}-{run}" for k in ("produce", "idem", "paced", "plain", "cached")}
-    if target.name != "mock":
-        create_topics(target.bootstrap, list(topics.values()), plan.partitions)
+    target_topics(target, list(topics.values()), plan.partitions)
     base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
             "compression": plan.compression, "nice": plan.client_nice}  # fmt: skip
     specs: dict[str, dict[str, Any]] = {
@@ -106,8 +115,7 @@ def _phase_specs(target: Target, plan: Plan, run: str) -> dict[str, dict[str, An
 
 def warm_up(target: Target, plan: Plan) -> None:
     topic = f"bench-warm-{uuid.uuid4().hex[:6]}"
-    if target.name != "mock":
-        create_topics(target.bootstrap, [topic], plan.partitions)
+    target_topics(target, [topic], plan.partitions)
     base = {"bootstrap": target.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions}
     run_worker({**base, "kind": "produce", "topic": topic, "messages": 2000, "idempotence": True})
     run_worker({**base, "kind": "consume", "topic": topic, "messages": 2000})

@@ -13,7 +13,7 @@ import math
 import uuid
 from typing import Any
 
-from bench.broker_run import MSG_SIZE, Plan, create_topics, rate, take_partitions
+from bench.broker_run import MSG_SIZE, Plan, rate, take_partitions, target_topics
 from bench.broker_targets import Target, cpu_seconds
 from bench.broker_waits import scrape_buckets, waits
 from bench.broker_workers import run_worker
@@ -29,8 +29,7 @@ def run_sweep(
     for r in rates:
         for t in targets:
             topic = f"sweep-{r}-{uuid.uuid4().hex[:6]}"
-            if t.name != "mock":
-                create_topics(t.bootstrap, [topic], plan.partitions)
+            target_topics(t, [topic], plan.partitions)
             n = int(r * seconds) if r else FULL_SPEED_MESSAGES
             spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": plan.partitions,
                     "kind": "produce", "topic": topic, "messages": n, "idempotence": True,
@@ -93,24 +92,22 @@ def _counters(url: str | None) -> dict[str, float]:
 def run_partition_sweep(
     targets: list[Target], counts: list[int], messages: int, client: str = "librdkafka"
 ) -> dict[str, list[dict[str, Any]]]:
-    """Per broker target, full-speed idempotent produce of ``messages`` spread over N
-    partitions by ``client`` (librdkafka: one partition per request; ``java``: every ready
-    partition in one request, bench/java_client.py): MB/s, p99, server CPU per MB,
-    metadata transactions and segments per flush cycle, and the broker's PUT, commit and
-    Produce p99s. Each point first produces 2 messages per partition (at least 2,000),
-    unmeasured, so that the broker has taken the partitions: the sweep measures produce
-    to N active partitions, not their takeover."""
+    """Per target (the mock too, as the counterpart), full-speed idempotent produce of
+    ``messages`` spread over N partitions by ``client`` (librdkafka: one partition per
+    request; ``java``: every ready partition in one request, bench/java_client.py): MB/s,
+    p99, server CPU per MB, metadata transactions and segments per flush cycle, and the
+    broker's PUT, commit and Produce p99s. Each point first produces 2 messages per
+    partition (at least 2,000), unmeasured, so that the broker has taken the partitions:
+    the sweep measures produce to N active partitions, not their takeover."""
     if client == "java":
         from bench.java_client import run_java as run
     else:
         run = run_worker
-    out: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets if t.name != "mock"}
+    out: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
     for n in counts:
         for t in targets:
-            if t.name == "mock":
-                continue  # its topics have 4 partitions
             topic = f"parts-{n}-{uuid.uuid4().hex[:6]}"
-            create_topics(t.bootstrap, [topic], n)
+            target_topics(t, [topic], n)
             spec = {"bootstrap": t.bootstrap, "size": MSG_SIZE, "partitions": n,
                     "kind": "produce", "topic": topic, "messages": messages,
                     "idempotence": True}  # fmt: skip
@@ -141,13 +138,20 @@ def run_partition_sweep(
                 **waits(hist, scrape_buckets(t.metrics_url)),
             }  # fmt: skip
             out[t.name].append(point)
+            broker = (
+                (
+                    f"  txns/cycle {point['txns_per_cycle']:.2f}"
+                    f" (+{point['fold_txns_per_cycle']:.2f} folding)"
+                    f"  segs/cycle {point['segments_per_cycle']:.1f}"
+                    f"  objects/cycle {point['objects_per_cycle']:.1f}"
+                    f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}"
+                    f"  commit p99 {point.get('commit_p99_ms', math.nan):6.1f}"
+                    f"  Produce p99 {point.get('broker_p99_ms', math.nan):6.1f} ms"
+                )
+                if t.metrics_url
+                else ""
+            )  # the mock has no /metrics
             print(f"  partitions {t.name:<7} {n:>5}: {mbs:7.1f} MB/s  p99 {res['p99_ms']:8.1f} ms"
-                  f"  CPU {point['server_cpu_ms_per_mb'] or 0:5.1f} ms/MB  txns/cycle"
-                  f" {point['txns_per_cycle']:.2f} (+{point['fold_txns_per_cycle']:.2f} folding)"
-                  f"  segs/cycle {point['segments_per_cycle']:.1f}"
-                  f"  objects/cycle {point['objects_per_cycle']:.1f}"
-                  f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}  commit p99"
-                  f" {point.get('commit_p99_ms', math.nan):6.1f}  Produce p99"
-                  f" {point.get('broker_p99_ms', math.nan):6.1f} ms  ({client},"
+                  f"  CPU {point['server_cpu_ms_per_mb'] or 0:5.1f} ms/MB{broker}  ({client},"
                   f" {res['errors']} errors, {idle_s:.1f} s to quiesce)", flush=True)  # fmt: skip
     return out

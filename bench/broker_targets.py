@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +69,8 @@ class Target:
     limit_bytes: int = 0  # broker in-flight + cache bytes
     flush_interval_ms: float = float("nan")  # the broker's (bench/broker_waits.py)
     store_pid: int | None = None  # the S3 server (SeaweedFS), on the same cores
+    # the mock's topic creation (it answers no CreateTopics): (name, partitions)
+    create_mock_topic: Callable[[str, int], None] | None = None
 
 
 def flush_interval_ms(extra: list[str], s3: bool) -> float:
@@ -357,13 +359,24 @@ def mock_target(rtt_ms: int = 0) -> Iterator[Target]:
     spec = json.dumps({"kind": "mock", "rtt_ms": rtt_ms})
     cmd = [sys.executable, "-m", "bench.broker", "worker", spec]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def create_topic(name: str, partitions: int) -> None:
+        stdin.write(json.dumps({"topic": name, "partitions": partitions}) + "\n")
+        stdin.flush()
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError("mock cluster host exited")
+        if (error := json.loads(line)["error"]) is not None:
+            raise RuntimeError(error)
+
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
+        line = stdout.readline()
         if not line:
             raise RuntimeError("mock cluster host exited at start")
         name = f"mock+{rtt_ms}ms" if rtt_ms else "mock"
-        yield Target(name, json.loads(line)["bootstrap"], proc.pid)
+        yield Target(name, json.loads(line)["bootstrap"], proc.pid, create_mock_topic=create_topic)
     finally:
         if proc.stdin is not None:
             proc.stdin.close()

@@ -3,7 +3,8 @@
 ``python -m bench.broker worker SPEC`` runs ``worker_main(SPEC)`` (``SPEC`` is JSON): a
 producer (``kind`` produce: full speed, or paced at ``rate`` msg/s), a consumer (``kind``
 consume; ``rewind`` re-reads the mock's retained window) or the host of librdkafka's mock
-cluster (``kind`` mock: prints its bootstrap, lives until stdin closes). Produce and
+cluster (``kind`` mock: prints its bootstrap, creates the topics asked for on stdin, lives
+until stdin closes). Produce and
 consume print one JSON line of results, which ``run_worker`` returns to the orchestrator.
 Each runs in its own process so clients never share a GIL.
 """
@@ -182,17 +183,24 @@ def _consume(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _host_mock(rtt_ms: int = 0) -> None:
     """Hold a librdkafka mock cluster (``rtt_ms``: its simulated round trip, which delays
-    every response); print its bootstrap; live until stdin closes."""
-    from confluent_kafka import Producer
+    every response); print its bootstrap; then, for each line ``{"topic": NAME,
+    "partitions": N}`` read from stdin, create that topic and print ``{"error": null}``
+    (or the reason); live until stdin closes."""
+    from bench.mock_cluster import MockCluster
 
-    conf: dict[str, Any] = {"test.mock.num.brokers": 1, "log_level": 3}
-    if rtt_ms:
-        conf["test.mock.broker.rtt"] = rtt_ms
-    holder = Producer(conf)
-    brokers = holder.list_topics(timeout=30).brokers
-    b = next(iter(brokers.values()))
-    print(json.dumps({"bootstrap": f"{b.host}:{b.port}"}), flush=True)
-    sys.stdin.read()
+    cluster = MockCluster(rtt_ms)
+    try:
+        print(json.dumps({"bootstrap": cluster.bootstrap}), flush=True)
+        for line in sys.stdin:
+            ask = json.loads(line)
+            try:
+                cluster.create_topic(ask["topic"], int(ask["partitions"]))
+                reply = None
+            except RuntimeError as exc:
+                reply = str(exc)
+            print(json.dumps({"error": reply}), flush=True)
+    finally:
+        cluster.close()
 
 
 def worker_main(spec: dict[str, Any]) -> int:

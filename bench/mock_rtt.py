@@ -22,7 +22,7 @@ import statistics
 import uuid
 from collections.abc import Iterator
 
-from bench.broker_run import MB, MSG_SIZE, create_topics, rate
+from bench.broker_run import MB, MSG_SIZE, rate, target_topics
 from bench.broker_targets import BrokerLimits, Target, broker_target, cpu_seconds, mock_target
 from bench.broker_waits import PRODUCE, quantile, scrape_buckets
 from bench.broker_workers import run_worker
@@ -46,8 +46,7 @@ def trial(target: Target, mode: str, messages: int) -> dict[str, float]:
     topic = f"rtt-{mode}-{uuid.uuid4().hex[:6]}"
     spec = {"kind": "produce", "bootstrap": target.bootstrap, "topic": topic, "size": MSG_SIZE,
             "partitions": 1, "idempotence": MODES[mode]}  # fmt: skip
-    if not target.name.startswith("mock"):
-        create_topics(target.bootstrap, [topic], 1)
+    target_topics(target, [topic], 1)
     run_worker({**spec, "messages": 2000})  # the topic's partition taken, the client warm
     before = scrape_buckets(target.metrics_url)
     cpu = cpu_seconds(target.pid)

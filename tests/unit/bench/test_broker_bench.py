@@ -54,15 +54,20 @@ def test_pace_never_polls_for_less_than_a_millisecond() -> None:
 def test_client_nice_reaches_every_phase_and_the_heading() -> None:
     """``--client-nice`` runs every client of every phase at that nice value, and the
     report says so (a figure measured that way is never mistaken for the default)."""
-    plan = Plan(1000, 2000, 1.0, 1, client_nice=19)
-    specs = _phase_specs(Target("mock", "127.0.0.1:1"), plan, "r")
+    created: list[tuple[str, int]] = []
+
+    def mock() -> Target:  # the mock's host creates its topics (bench/mock_cluster.py)
+        return Target("mock", "127.0.0.1:1", create_mock_topic=lambda *t: created.append(t))
+
+    plan = Plan(1000, 2000, 1.0, 3, client_nice=19)
+    specs = _phase_specs(mock(), plan, "r")
     assert specs and all(spec["nice"] == 19 for spec in specs.values())
-    assert all(
-        spec["nice"] == 0 for spec in _phase_specs(Target("mock", "x:1"), QUICK, "r").values()
-    )
-    mock = {"produce": _produce(800.0, 1.0)}
-    assert "clients at nice 19" in format_table({"mock": mock}, plan)
-    assert "nice" not in format_table({"mock": mock}, QUICK)
+    assert {spec["topic"] for spec in specs.values()} == {n for n, _ in created}
+    assert {p for _n, p in created} == {3}  # the plan's partitions, not the mock's 4
+    assert all(spec["nice"] == 0 for spec in _phase_specs(mock(), QUICK, "r").values())
+    figures = {"produce": _produce(800.0, 1.0)}
+    assert "clients at nice 19" in format_table({"mock": figures}, plan)
+    assert "nice" not in format_table({"mock": figures}, QUICK)
 
 
 def _produce(mbs: float, p50: float) -> dict[str, Any]:

@@ -115,3 +115,20 @@ def test_a_partition_sweep_is_flat_within_20_percent_or_not() -> None:
     assert lines[2].endswith("= 0.31  NOT met")  # 100 / 320
     assert lines[3].endswith("= 0.33  NOT met")  # 300 / 900
     assert "two partition counts" in format_flatness({"local": [point(1, 1.0, 1.0)]})
+
+
+def test_the_mock_in_a_partition_sweep_is_the_counterpart_not_judged() -> None:
+    def point(n: int, mbs: float, p99: float) -> dict[str, Any]:
+        return {"partitions": n, "mbs": mbs, "p99_ms": p99}
+
+    sweep = {
+        "local": [point(1, 250.0, 400.0), point(1000, 100.0, 900.0)],
+        "mock": [point(1, 800.0, 50.0), point(1000, 200.0, 60.0)],
+    }
+    lines = format_flatness(sweep).splitlines()[1:]
+    assert lines[0].endswith("= 0.40  NOT met")
+    assert lines[2] == "  local   MB/s / the mock's at 1/1000 partitions: 0.31/0.50"
+    assert lines[3].startswith("  mock    MB/s at 1/1000 partitions: 800.0/200.0;")
+    assert lines[3].endswith("= 0.25  counterpart")
+    assert lines[4].endswith("= 0.83  counterpart")  # flat, but not judged either way
+    assert len(lines) == 5  # no share line for the mock itself
