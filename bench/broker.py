@@ -143,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     names = [t.strip() for t in args.targets.split(",") if t.strip()]
     if unknown := set(names) - set(TARGETS):
         raise SystemExit(f"unknown targets: {sorted(unknown)}")
+    if args.partition_sweep and args.sweep_client == "java" and "mock" in names:
+        raise SystemExit(
+            "--sweep-client java cannot produce to the mock cluster (kafka-clients 4.3 never "
+            "sees its topics in its metadata); leave mock out of --targets"
+        )
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
     rounds = args.rounds or (1 if args.quick else 3)

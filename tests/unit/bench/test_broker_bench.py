@@ -7,6 +7,8 @@ import math
 import time
 from typing import Any
 
+import pytest
+
 from bench.broker_report import format_table
 from bench.broker_run import MB, QUICK, Plan, _median, _phase_specs
 from bench.broker_targets import Target
@@ -134,3 +136,12 @@ def test_table_breaks_the_idempotent_round_trip_down() -> None:
     assert rows["idempotent: broker Produce mean ms"][-3:] == ["2.90", "-", "-"]
     assert rows["idempotent: segment PUT mean ms"][-3:] == ["1.90", "-", "-"]
     assert rows["idempotent: metadata txn mean ms"][-3:] == ["0.45", "-", "-"]
+
+
+def test_the_java_partition_sweep_refuses_the_mock_before_starting_anything() -> None:
+    from bench.broker import main
+
+    argv = ["--quick", "--targets", "local,mock", "--partition-sweep", "1",
+            "--sweep-client", "java"]  # fmt: skip
+    with pytest.raises(SystemExit, match="cannot produce to the mock cluster"):
+        main(argv)
