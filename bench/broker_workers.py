@@ -4,9 +4,9 @@
 producer (``kind`` produce: full speed, or paced at ``rate`` msg/s), a consumer (``kind``
 consume; ``rewind`` re-reads the mock's retained window) or the host of librdkafka's mock
 cluster (``kind`` mock: prints its bootstrap, creates the topics asked for on stdin, lives
-until stdin closes). Produce and
-consume print one JSON line of results, which ``run_worker`` returns to the orchestrator.
-Each runs in its own process so clients never share a GIL.
+until stdin closes). Produce and consume print one JSON line of results, which
+``run_worker`` returns to the orchestrator. Each runs in its own process so clients never
+share a GIL.
 """
 
 from __future__ import annotations
