@@ -394,6 +394,7 @@ def profiled(target: Target, phase: str, outdir: Path | None) -> Iterator[None]:
         yield
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    outdir.mkdir(parents=True, exist_ok=True)  # py-spy would fail without a word
     out = outdir / f"{target.name}-{phase}.txt"
     cmd = [spy, "record", "--pid", str(target.pid), "--rate", "200", "--format", "raw",
            "--output", str(out), "--nonblocking"]  # fmt: skip
