@@ -43,6 +43,7 @@ from bench.broker_targets import (
     broker_target,
     etcd_target,
     mock_target,
+    py_spy,
     s3_target,
 )
 from bench.broker_workers import worker_main
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             "sees its topics in its metadata); leave mock out of --targets"
         )
     if args.py_spy is not None:
+        py_spy()  # before any target starts
         args.py_spy.mkdir(parents=True, exist_ok=True)
     rounds = args.rounds or (1 if args.quick else 3)
     workdir = new_workdir("kafscale-bench-")

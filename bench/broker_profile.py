@@ -42,6 +42,7 @@ from bench.broker_targets import (
     base_target,
     broker_target,
     cpu_seconds,
+    py_spy,
 )
 from bench.broker_workers import run_worker
 from bench.fs_probe import new_workdir
@@ -99,10 +100,7 @@ def format_profile(title: str, raw: str, top: int) -> str:
 
 @contextlib.contextmanager
 def _spy(pid: int, out: Path, native: bool) -> Iterator[None]:
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).exists():
-        raise SystemExit("py-spy not found: pip install py-spy into the virtualenv")
-    cmd = [spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+    cmd = [py_spy(), "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
            "--output", str(out)]  # fmt: skip
     if native:
         cmd.append("--native")

@@ -387,13 +387,21 @@ def mock_target(rtt_ms: int = 0) -> Iterator[Target]:
             proc.wait(5)
 
 
+def py_spy() -> str:
+    """The py-spy executable (not a project dependency); a one-line exit without it."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("py-spy not found: pip install py-spy into the virtualenv")
+    return spy
+
+
 @contextlib.contextmanager
 def profiled(target: Target, phase: str, outdir: Path | None) -> Iterator[None]:
     """With ``outdir``, record the broker with py-spy (collapsed stacks) during a phase."""
     if outdir is None or target.pid is None or target.name == "mock":
         yield
         return
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spy = py_spy()
     outdir.mkdir(parents=True, exist_ok=True)  # py-spy would fail without a word
     out = outdir / f"{target.name}-{phase}.txt"
     cmd = [spy, "record", "--pid", str(target.pid), "--rate", "200", "--format", "raw",

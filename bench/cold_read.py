@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_run import create_topics
-from bench.broker_targets import Target, built_extensions, cpu_seconds, profiled
+from bench.broker_targets import Target, built_extensions, cpu_seconds, profiled, py_spy
 from bench.broker_workers import run_worker
 from bench.fs_probe import new_workdir
 
@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--broker-arg", action="append", default=[],
                    help="extra flag for this tree's broker (e.g. --readahead-bytes=0)")  # fmt: skip
     args = p.parse_args(argv)
+    if args.py_spy is not None:
+        py_spy()  # before anything starts
     work = new_workdir("kafscale-cold-")
     limits = ["--cache-bytes", str(64 << 20), "--log-level", "WARNING", "--merge-min-age-ms", "0"]
     with run_seaweedfs() as ep:

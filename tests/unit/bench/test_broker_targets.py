@@ -1,6 +1,7 @@
 """bench.broker_targets.Sampler: /metrics is not scraped while ``quiet()`` holds (the
 paced phases), and is again after; RSS sampling goes on. A local HTTP server (127.0.0.1,
-a free port) stands in for the broker's endpoint and counts the scrapes."""
+a free port) stands in for the broker's endpoint and counts the scrapes. And
+``py_spy``: found, or named in one line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,18 @@ def test_no_scrape_starts_while_quiet_and_scrapes_resume_after(metrics_url: str)
         sampler.stop()
     assert sampler.peaks["kafscale_inflight_bytes"] == 42.0  # what the scrapes read
     assert sampler.max_rss > 0
+
+
+def test_py_spy_is_found_beside_the_interpreter_or_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """py-spy is not a project dependency: a run asked to profile without it ends with
+    one line naming what to install, before any broker starts."""
+    from bench import broker_targets
+
+    monkeypatch.setattr(broker_targets.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(broker_targets.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(SystemExit, match="^py-spy not found: pip install py-spy"):
+        broker_targets.py_spy()
+    (tmp_path / "py-spy").write_text("")
+    assert broker_targets.py_spy() == str(tmp_path / "py-spy")
