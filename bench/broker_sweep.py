@@ -89,6 +89,19 @@ def _counters(url: str | None) -> dict[str, float]:
     return out
 
 
+def _cycle_figures(point: dict[str, Any]) -> str:
+    """A broker's flush-cycle figures of a partition-sweep point (from its /metrics)."""
+    return (
+        f"  txns/cycle {point['txns_per_cycle']:.2f}"
+        f" (+{point['fold_txns_per_cycle']:.2f} folding)"
+        f"  segs/cycle {point['segments_per_cycle']:.1f}"
+        f"  objects/cycle {point['objects_per_cycle']:.1f}"
+        f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}"
+        f"  commit p99 {point.get('commit_p99_ms', math.nan):6.1f}"
+        f"  Produce p99 {point.get('broker_p99_ms', math.nan):6.1f} ms"
+    )
+
+
 def run_partition_sweep(
     targets: list[Target], counts: list[int], messages: int, client: str = "librdkafka"
 ) -> dict[str, list[dict[str, Any]]]:
@@ -138,19 +151,7 @@ def run_partition_sweep(
                 **waits(hist, scrape_buckets(t.metrics_url)),
             }  # fmt: skip
             out[t.name].append(point)
-            broker = (
-                (
-                    f"  txns/cycle {point['txns_per_cycle']:.2f}"
-                    f" (+{point['fold_txns_per_cycle']:.2f} folding)"
-                    f"  segs/cycle {point['segments_per_cycle']:.1f}"
-                    f"  objects/cycle {point['objects_per_cycle']:.1f}"
-                    f"  PUT p99 {point.get('put_p99_ms', math.nan):6.1f}"
-                    f"  commit p99 {point.get('commit_p99_ms', math.nan):6.1f}"
-                    f"  Produce p99 {point.get('broker_p99_ms', math.nan):6.1f} ms"
-                )
-                if t.metrics_url
-                else ""
-            )  # the mock has no /metrics
+            broker = _cycle_figures(point) if t.metrics_url else ""  # the mock has none
             print(f"  partitions {t.name:<7} {n:>5}: {mbs:7.1f} MB/s  p99 {res['p99_ms']:8.1f} ms"
                   f"  CPU {point['server_cpu_ms_per_mb'] or 0:5.1f} ms/MB{broker}  ({client},"
                   f" {res['errors']} errors, {idle_s:.1f} s to quiesce)", flush=True)  # fmt: skip
