@@ -3,6 +3,7 @@ raw ConsumerGroupHeartbeat/OffsetCommit calls over TCP."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -46,6 +47,10 @@ class Member:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     commit_each: bool = False
+    # the client's group coordinator (address, state), from librdkafka's statistics
+    # (its logical "GroupCoordinator" broker), refreshed every 100 ms when asked for
+    watch_coordinator: bool = False
+    coordinator_seen: tuple[str, str] = ("", "")
 
     def start(self) -> Member:
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -55,16 +60,17 @@ class Member:
     def _run(self) -> None:
         from confluent_kafka import Consumer
 
-        c = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": self.group,
-                "group.protocol": "consumer",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                **self.conf,
-            }
-        )
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": self.group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **self.conf,
+        }
+        if self.watch_coordinator:
+            conf.update({"statistics.interval.ms": 100, "stats_cb": self._stats})
+        c = Consumer(conf)
         c.subscribe(self.topics)
         try:
             while not self.stop.is_set():
@@ -85,6 +91,15 @@ class Member:
                     c.commit(message=m, asynchronous=False)
         finally:
             c.close()
+
+    def _stats(self, text: str) -> None:
+        coord = json.loads(text).get("brokers", {}).get("GroupCoordinator", {})
+        with self.lock:
+            self.coordinator_seen = (str(coord.get("nodename", "")), str(coord.get("state", "")))
+
+    def coordinator(self) -> tuple[str, str]:
+        with self.lock:
+            return self.coordinator_seen
 
     def assignment(self) -> frozenset[int]:
         with self.lock:
