@@ -1,8 +1,12 @@
 """Cluster membership and ownership (docs/architecture.md, ownership).
 
 Every broker registers ``/brokers/{id}`` under a lease it keeps alive; a broker's death is
-its lease expiring. Owners of partitions and groups are chosen by rendezvous hashing over
-the live brokers, so every broker computes the same answer from the same membership and
+its lease expiring. The registration says whether the broker serves: it is written "not
+serving" and marked serving once the listeners accept connections (``serve``), and "not
+serving" again when the broker stops (``withdraw``). Owners of partitions, groups and
+transactions are chosen by rendezvous hashing over the serving brokers, so a starting or
+stopping broker is handed nothing while its port refuses clients, every broker computes
+the same answer from the same membership, and
 Metadata/FindCoordinator name the owner directly. The owner itself then takes the leased
 ``/owners/...`` key (see ``broker.logs``); that key, not the hash, is what fences writes.
 """
@@ -22,6 +26,7 @@ from broker.meta.base import Compare, Get, LeaseExpiredError, MetaStore, MetaSto
 from broker.meta.schema import (
     BROKERS_PREFIX,
     OWNERS_PREFIX,
+    BrokerRecord,
     broker_id_of,
     broker_key,
     owner_of_key,
@@ -73,6 +78,7 @@ def partition_key(topic: str, partition: int) -> str:
 
 
 WATCH_RETRY_S = 0.5  # pause after a failed watch (metadata store down) before a new one
+WITHDRAW_TIMEOUT_S = 2.0  # a stop's "not serving" mark waits no longer for the store
 
 
 def _ignore(_delay: float) -> None:
@@ -95,7 +101,13 @@ class Cluster:
         # the create revision of this registration's ``/brokers/{id}``: the fence of its
         # cycle-key commits (broker/fold.py); a new registration gets a new one
         self.reg = 0
-        self._brokers: dict[int, BrokerInfo] = {self.me.node_id: self.me}
+        # the serving brokers; this one from ``serve`` on (its own record's events
+        # are not read back: ``serving`` is the truth here)
+        self._brokers: dict[int, BrokerInfo] = {}
+        self.serving = False
+        # held while the registration is written (``_register``, ``serve``, ``withdraw``)
+        # so that a re-registration after a lost lease writes the latest ``serving``
+        self._reg_lock = asyncio.Lock()
         self._owners: dict[tuple[str, int], tuple[int, int]] = {}
         self._listeners: list[Callable[[], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -130,9 +142,10 @@ class Cluster:
         for kv in res.gets[0]:
             node = broker_id_of(kv.key)
             info = self._decode_broker(kv.value, node) if node is not None else None
-            if info is not None:
+            if info is not None and info.node_id != self.me.node_id:
                 brokers[info.node_id] = info
-        brokers[self.me.node_id] = self.me
+        if self.serving:
+            brokers[self.me.node_id] = self.me
         self._brokers = brokers
         return res.revision
 
@@ -153,23 +166,57 @@ class Cluster:
                 await self.meta.revoke_lease(self.lease_id)
         self.lease_id = 0
 
+    def _record(self) -> bytes:
+        me = self.me
+        return BrokerRecord(me.host, me.port, me.rack, me.endpoints, self.serving).to_json()
+
+    async def serve(self) -> None:
+        """Mark the registration serving (call it once the listeners accept connections):
+        this broker counts itself at once, and every other broker once it sees the mark."""
+        self._brokers[self.me.node_id] = self.me
+        self._notify()
+        await self._mark(True)
+
+    async def withdraw(self) -> None:
+        """Mark the registration not serving (the broker is stopping): the others place
+        this broker's partitions and groups elsewhere at once, and take each partition
+        as soon as this broker releases it, where they would wait for its lease to be
+        revoked. This broker's own view is left as it is (its stop releases what it
+        holds). Nothing is written while the lease is in doubt, and a store slow to answer
+        gets ``WITHDRAW_TIMEOUT_S`` at most: the flush that follows needs the lease."""
+        if self.lease_id and self.lease_valid():
+            with contextlib.suppress(MetaStoreError, TimeoutError):
+                async with asyncio.timeout(min(WITHDRAW_TIMEOUT_S, self.lease_left())):
+                    await self._mark(False)
+
+    async def _mark(self, serving: bool) -> None:
+        async with self._reg_lock:
+            self.serving = serving
+            key = broker_key(self.me.node_id)
+            res = await self.meta.txn(
+                [Compare(key, "create_revision", "==", self.reg)],
+                [Put(key, self._record(), self.lease_id)],
+            )
+        if not res.succeeded:  # the lease ran out: the re-registration writes ``serving``
+            log.warning("registration gone while marking it serving=%s", serving)
+
     async def _register(self) -> None:
+        async with self._reg_lock:
+            await self._register_locked()
+
+    async def _register_locked(self) -> None:
         """Take ``/brokers/{id}`` under a fresh lease.
 
         A previous incarnation of this node id (killed with ``kill -9``) may still hold
         the key until its lease expires; we wait for that, watching the key.
         """
         key = broker_key(self.me.node_id)
-        me = self.me
-        record: dict[str, object] = {"host": me.host, "port": me.port, "rack": me.rack}
-        if self.me.endpoints:
-            record["listeners"] = {name: [h, p] for name, h, p in self.me.endpoints}
-        value = json.dumps(record).encode()
         self.lease_id = await self.meta.grant_lease(self.config.lease_ttl_s)
         self._lease_until = asyncio.get_running_loop().time() + self.config.lease_ttl_s
         while True:
             res = await self.meta.txn(
-                [Compare(key, "create_revision", "==", 0)], [Put(key, value, self.lease_id)]
+                [Compare(key, "create_revision", "==", 0)],
+                [Put(key, self._record(), self.lease_id)],
             )
             if res.succeeded:
                 self.reg = res.revision
@@ -273,15 +320,16 @@ class Cluster:
                 async for ev in watch:
                     revision = ev.mod_revision
                     node = broker_id_of(ev.key)
-                    if node is None:
+                    if node is None or node == self.me.node_id:
                         continue
-                    if ev.type == "delete":
-                        if node != self.me.node_id:
-                            self._brokers.pop(node, None)
+                    info = None if ev.type == "delete" else self._decode_broker(ev.value, node)
+                    if info is None:  # gone, or not serving
+                        if self._brokers.pop(node, None) is None:
+                            continue  # it was not counted: nothing moves
+                    elif self._brokers.get(node) == info:
+                        continue
                     else:
-                        info = self._decode_broker(ev.value, node)
-                        if info is not None:
-                            self._brokers[info.node_id] = info
+                        self._brokers[node] = info
                     self._notify()
             except MetaStoreError as exc:
                 log.warning("broker watch failed (%s); resuming", exc)
@@ -332,15 +380,16 @@ class Cluster:
         return owner[1] if owner else -1
 
     def _decode_broker(self, value: bytes, node_id: int) -> BrokerInfo | None:
+        """The broker of a registration, or None when it does not serve (or is
+        unreadable)."""
         try:
-            d = json.loads(value)
-            endpoints = tuple(
-                (str(name), str(hp[0]), int(hp[1]))
-                for name, hp in dict(d.get("listeners") or {}).items()
-            )
-            return BrokerInfo(node_id, str(d["host"]), int(d["port"]), d.get("rack"), endpoints)
-        except (ValueError, KeyError, TypeError):
+            rec = BrokerRecord.from_json(value)
+        except ValueError:
+            log.warning("unreadable registration of broker %d ignored", node_id)
             return None
+        if not rec.serving:
+            return None
+        return BrokerInfo(node_id, rec.host, rec.port, rec.rack, rec.listeners)
 
     def _notify(self) -> None:
         for cb in list(self._listeners):

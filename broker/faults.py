@@ -30,6 +30,13 @@ Checkpoints sit just before every place that deletes or writes objects:
   before it is committed.
 - ``txn.before_expire``: the coordinator, after finding a transactional id idle past
   ``transactional.id.expiration.ms``, before the compare-and-set that deletes it.
+
+Two more freeze a broker where its membership changes (``broker.cluster``):
+
+- ``start.before_serving``: a starting broker, registered and started, before its
+  listeners accept connections (and before it marks its registration serving);
+- ``stop.after_withdraw``: a stopping broker, after marking its registration not serving,
+  before it closes its listeners and releases its partitions.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ POINTS = frozenset(
         "txn.after_markers_requested",
         "txn.before_marker_commit",
         "txn.before_expire",
+        "start.before_serving",
+        "stop.after_withdraw",
     }
 )
 

@@ -163,8 +163,10 @@ class Broker:
             self.groups = await self._start_groups()
             await self.security.start()
             self._start_transactions()
+            faults.checkpoint("start.before_serving")
             for server in self._kafka_servers():
                 await server.start_serving()
+            await self.cluster.serve()  # placed partitions and groups from here on
         except BaseException:
             for server in self._kafka_servers():
                 server.close()
@@ -268,6 +270,8 @@ class Broker:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
+        await self.cluster.withdraw()  # the others place its partitions and groups now
+        faults.checkpoint("stop.after_withdraw")
         if self._server is not None:
             self._server.close()
         for server in self._servers.values():

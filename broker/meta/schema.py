@@ -4,7 +4,7 @@ Imports nothing from the server: the broker, the CLI, the ingest job and the ben
 build and parse metadata keys and values here and nowhere else.
 
     /cluster/id                            -> {id}
-    /brokers/{id}                          -> {host, port, rack, listeners?}     (leased)
+    /brokers/{id}                          -> BrokerRecord                       (leased)
     /topics/{topic}                        -> TopicInfo
     /owners/{topic}/{p}                    -> owner_value(broker, epoch, topic id)  (leased)
     /logs/{topic}/{p}/end                  -> EndValue
@@ -61,6 +61,51 @@ def broker_id_of(key: str) -> int | None:
     """The node id at the end of a ``/brokers/{id}`` key (None for anything else)."""
     node = key.rsplit("/", 1)[-1]
     return int(node) if node.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRecord:
+    """The value of ``/brokers/{id}``: where the broker is reached, and whether it serves.
+
+    A broker registers with ``serving`` false and marks it true once its listeners
+    accept connections; it marks it false again when it stops. Other brokers count only
+    serving ones when they place partitions, groups and transactions (docs/architecture.md,
+    "Ownership"). A record without the field (written before it existed) is serving.
+    """
+
+    host: str
+    port: int
+    rack: str | None = None
+    # every advertised listener: (name, host, port); empty for a plaintext-only broker
+    listeners: tuple[tuple[str, str, int], ...] = ()
+    serving: bool = True
+
+    def to_json(self) -> bytes:
+        d: dict[str, object] = {"host": self.host, "port": self.port, "rack": self.rack}
+        if self.listeners:
+            d["listeners"] = {name: [h, p] for name, h, p in self.listeners}
+        d["serving"] = self.serving
+        return json.dumps(d).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes) -> BrokerRecord:
+        """Raises ValueError for a value that is not a broker record."""
+        try:
+            d = json.loads(value)
+            listeners = tuple(
+                (str(name), str(hp[0]), int(hp[1]))
+                for name, hp in dict(d.get("listeners") or {}).items()
+            )
+            rack = d.get("rack")
+            return cls(
+                str(d["host"]),
+                int(d["port"]),
+                None if rack is None else str(rack),
+                listeners,
+                bool(d.get("serving", True)),
+            )
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise ValueError(f"not a broker record: {exc}") from exc
 
 
 # ---------------------------------------------------------------------------- topics

@@ -91,6 +91,8 @@ class ZCluster:
         self.frozen: set[int] = set()
 
     def start(self, node_id: int, *extra: str, pause_at: str = "") -> BrokerProcess:
+        """Start broker ``node_id``; with ``pause_at``, it freezes itself there (at
+        ``start.before_serving`` before it listens: not waited for)."""
         b = start_broker(
             self.tmp / f"node-{node_id}",
             store_url=self.backend.store_url,
@@ -99,6 +101,7 @@ class ZCluster:
             port=self.brokers[node_id].port if node_id in self.brokers else None,
             extra_args=(*self.backend.broker_args(), "--lease-ttl", str(LEASE_TTL), *extra),
             env={"KAFSCALE_FAULT_PAUSE": pause_at} if pause_at else None,
+            await_listener=pause_at != "start.before_serving",
         )
         self.brokers[node_id] = b
         return b
@@ -145,6 +148,7 @@ class ZCluster:
             self.brokers[n].stop(timeout=30)
         for n in list(self.brokers):
             self.brokers[n].env.pop("KAFSCALE_FAULT_PAUSE", None)
+            self.brokers[n].await_listener = True
             self.brokers[n].start()
 
     def leader(self, topic: str, partition: int, deadline: float) -> int:

@@ -100,6 +100,7 @@ async def test_cluster_sees_a_broker_that_joins_after_its_channel_closed(
     a.add_listener(changed.set)
     try:
         await a.start()
+        await a.serve()
         # a broker record put after a started reaches it only through its membership watch:
         # once a sees it, that watch is established on the channel about to be closed
         record = b'{"host": "127.0.0.1", "port": 9003, "rack": null}'
@@ -107,6 +108,7 @@ async def test_cluster_sees_a_broker_that_joins_after_its_channel_closed(
         await wait_seen(a, changed, 3)
         await drop_channel(stores[0])
         await b.start()
+        await b.serve()
         await wait_seen(a, changed, 2)  # through its watch again, or a resync after it
         assert [x.node_id for x in a.brokers()] == [1, 2, 3]
         assert not any(t.done() for t in a._tasks), "a cluster task ended"
