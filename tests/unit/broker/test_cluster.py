@@ -30,6 +30,16 @@ async def pair(meta: MetaStore) -> AsyncIterator[tuple[Cluster, Cluster]]:
         await a.stop()
 
 
+@pytest.fixture
+async def serving(pair: tuple[Cluster, Cluster]) -> tuple[Cluster, Cluster]:
+    """Both started and serving, and each counted by the other."""
+    for c in pair:
+        await c.start()
+        await c.serve()
+    await counted(pair[0], [1, 2])
+    return pair
+
+
 async def counted(c: Cluster, ids: list[int]) -> None:
     """Wait until ``c`` counts exactly ``ids`` (its membership watch is a task)."""
     changed = asyncio.Event()
@@ -81,13 +91,9 @@ async def test_a_registered_broker_is_counted_once_it_serves(
 
 
 async def test_a_withdrawn_broker_is_dropped_by_the_others_not_by_itself(
-    meta: MetaStore, pair: tuple[Cluster, Cluster]
+    meta: MetaStore, serving: tuple[Cluster, Cluster]
 ) -> None:
-    a, b = pair
-    for c in pair:
-        await c.start()
-        await c.serve()
-    await counted(a, [1, 2])
+    a, b = serving
     await b.withdraw()
     assert not (await stored(meta, 2)).serving  # still registered: the lease lives
     await counted(a, [1])
@@ -95,13 +101,9 @@ async def test_a_withdrawn_broker_is_dropped_by_the_others_not_by_itself(
 
 
 async def test_a_registration_written_again_after_a_lost_lease_is_serving(
-    meta: MetaStore, pair: tuple[Cluster, Cluster]
+    meta: MetaStore, serving: tuple[Cluster, Cluster]
 ) -> None:
-    a, b = pair
-    for c in pair:
-        await c.start()
-        await c.serve()
-    await counted(a, [1, 2])
+    a, b = serving
     lost = b.lease_id
     await meta.revoke_lease(lost)  # its registration is deleted with it
     await counted(a, [1])
