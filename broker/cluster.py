@@ -101,10 +101,11 @@ class Cluster:
         # the create revision of this registration's ``/brokers/{id}``: the fence of its
         # cycle-key commits (broker/fold.py); a new registration gets a new one
         self.reg = 0
-        # the serving brokers; this one from ``serve`` on (its own record's events
-        # are not read back: ``serving`` is the truth here)
+        # the serving brokers; this one from ``serve`` on, a stop's ``withdraw`` too
+        # (its own record's events are not read back: ``_counted`` is the truth here)
         self._brokers: dict[int, BrokerInfo] = {}
-        self.serving = False
+        self.serving = False  # what the registration says
+        self._counted = False  # whether this broker counts itself
         # held while the registration is written (``_register``, ``serve``, ``withdraw``)
         # so that a re-registration after a lost lease writes the latest ``serving``
         self._reg_lock = asyncio.Lock()
@@ -144,7 +145,7 @@ class Cluster:
             info = self._decode_broker(kv.value, node) if node is not None else None
             if info is not None and info.node_id != self.me.node_id:
                 brokers[info.node_id] = info
-        if self.serving:
+        if self._counted:
             brokers[self.me.node_id] = self.me
         self._brokers = brokers
         return res.revision
@@ -173,6 +174,7 @@ class Cluster:
     async def serve(self) -> None:
         """Mark the registration serving (call it once the listeners accept connections):
         this broker counts itself at once, and every other broker once it sees the mark."""
+        self._counted = True
         self._brokers[self.me.node_id] = self.me
         self._notify()
         await self._mark(True)

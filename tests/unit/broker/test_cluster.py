@@ -98,6 +98,8 @@ async def test_a_withdrawn_broker_is_dropped_by_the_others_not_by_itself(
     assert not (await stored(meta, 2)).serving  # still registered: the lease lives
     await counted(a, [1])
     assert [x.node_id for x in b.brokers()] == [1, 2]  # its stop releases what it holds
+    await b._sync_brokers()  # as after a failed watch: it reads every registration again
+    assert [x.node_id for x in b.brokers()] == [1, 2]
 
 
 async def test_a_registration_written_again_after_a_lost_lease_is_serving(
