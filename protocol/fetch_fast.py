@@ -3,8 +3,10 @@
 The record buffers of each partition are placed in the output list as the very objects
 given (never joined or copied); the bytes between them (counts, offsets, lengths) are
 packed into small ``bytes`` chunks. v12+ is flexible; v13+ identifies topics by UUID.
-The tagged fields ``diverging_epoch``, ``current_leader``, ``snapshot_id`` and
-``node_endpoints`` are left at their defaults and therefore not written.
+KIP-951: a partition's ``current_leader`` (v12+, tag 1) and the response's
+``node_endpoints`` (v16+, tag 0) are written when given (``protocol.leader_hints``); the
+tagged fields ``diverging_epoch`` and ``snapshot_id`` are left at their defaults and
+therefore not written.
 
 A partition without data gets an empty (length 0), not a null, records field, as Kafka
 brokers send.
@@ -21,11 +23,13 @@ from typing import NamedTuple
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import Buffer
 from protocol.frame import uvarint as _uvarint
+from protocol.leader_hints import NodeEndpoint, current_leader, node_endpoints, tagged_fields
 
 MIN_VERSION = 4
 MAX_VERSION = 18
 FIRST_FLEXIBLE = 12
 FIRST_TOPIC_ID = 13
+FIRST_NODE_ENDPOINTS = 16
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -51,6 +55,8 @@ class FetchPartitionData:
     aborted_transactions: Sequence[tuple[int, int]] | None = None
     preferred_read_replica: int = -1
     records: Sequence[Buffer] = ()  # concatenated on the wire, passed through uncopied
+    # KIP-951 (v12+): (leader id, leader epoch) of a partition that moved
+    current_leader: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,8 @@ class FetchResponseData:
     error_code: int = 0
     session_id: int = 0
     topics: list[FetchTopicData] = field(default_factory=list)
+    # KIP-951 (v16+): where the partitions' ``current_leader`` brokers are reached
+    node_endpoints: Sequence[NodeEndpoint] = ()
 
 
 def _nbytes(buf: Buffer) -> int:
@@ -123,7 +131,10 @@ def _write_partition(w: _Writer, p: FetchPartitionData, version: int) -> None:
     if version >= 11:
         w.cur += _I32.pack(p.preferred_read_replica)
     w.records(p.records)
-    w.tags()
+    if p.current_leader is not None and w.flexible:
+        w.cur += tagged_fields([(1, current_leader(*p.current_leader))])
+    else:
+        w.tags()
 
 
 def encode_fetch_response(version: int, resp: FetchResponseData) -> list[Buffer]:
@@ -148,5 +159,8 @@ def encode_fetch_response(version: int, resp: FetchResponseData) -> list[Buffer]
         for p in topic.partitions:
             _write_partition(w, p, version)
         w.tags()
-    w.tags()
+    if resp.node_endpoints and version >= FIRST_NODE_ENDPOINTS:
+        w.cur += tagged_fields([(0, node_endpoints(resp.node_endpoints))])
+    else:
+        w.tags()
     return w.finish()

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.frame import Buffer, MalformedFrameError, read_uvarint, skip_tagged_fields
 from protocol.frame import uvarint as _uvarint
+from protocol.leader_hints import NodeEndpoint, current_leader, node_endpoints, tagged_fields
 
 MIN_VERSION = 0
 MAX_VERSION = 13
 FIRST_FLEXIBLE = 9
+FIRST_LEADER_HINTS = 10  # KIP-951: current_leader, node_endpoints
 FIRST_TOPIC_ID = 13
 
 _I16 = struct.Struct(">h")
@@ -184,6 +186,8 @@ class ProducePartitionResult:
     error_message: str | None = None
     # KIP-467 (v8+): (index of the record within its batch, message)
     record_errors: Sequence[tuple[int, str | None]] = ()
+    # KIP-951 (v10+): (leader id, leader epoch) of a partition that moved
+    current_leader: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,17 +230,25 @@ def _put_partition(out: bytearray, p: ProducePartitionResult, version: int, flex
             if flex:
                 out.append(0)
         _put_string(out, p.error_message, flex)
-    if flex:
-        out.append(0)  # current_leader (tag 0) left at its default: not written
+    if not flex:
+        return
+    if p.current_leader is not None and version >= FIRST_LEADER_HINTS:
+        out += tagged_fields([(0, current_leader(*p.current_leader))])
+    else:
+        out.append(0)
 
 
 def encode_produce_response(
-    version: int, topics: Sequence[ProduceTopicResult], throttle_time_ms: int = 0
+    version: int,
+    topics: Sequence[ProduceTopicResult],
+    throttle_time_ms: int = 0,
+    endpoints: Sequence[NodeEndpoint] = (),
 ) -> list[Buffer]:
     """Encode a Produce response body (no header) for v0-v13 as a list of buffers.
 
-    Tagged fields (partition ``current_leader``, top-level ``node_endpoints``) are left at
-    their defaults and not written, exactly as kafka-python encodes them.
+    v10+: a partition's ``current_leader`` (tag 0) and the response's ``endpoints`` (the
+    top-level ``node_endpoints``, tag 0) are written when given (KIP-951; docs in
+    ``protocol.leader_hints``); left out, they read as their defaults.
     """
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise KafkaProtocolError(ErrorCode.UNSUPPORTED_VERSION, f"Produce v{version}")
@@ -255,6 +267,8 @@ def encode_produce_response(
             out.append(0)
     if version >= 1:
         out += _I32.pack(throttle_time_ms)
-    if flex:
+    if endpoints and version >= FIRST_LEADER_HINTS:
+        out += tagged_fields([(0, node_endpoints(endpoints))])
+    elif flex:
         out.append(0)
     return [bytes(out)]

@@ -18,7 +18,9 @@ partitions of the request are served.
 Fetch sessions (v7+, KIP-227) and client fetch quotas: ``broker/fetch_sessions.py``
 decides which partitions a request reads and which the response carries. Deviations: the
 client's current leader epoch is not checked (owners change only through the metadata
-store's fencing, docs/architecture.md, ownership). v13+ topics are named by id.
+store's fencing, docs/architecture.md, ownership). v13+ topics are named by id. A
+partition answered NOT_LEADER_OR_FOLLOWER names its new owner in v12+ and the response
+carries that broker's endpoint in v16+ (KIP-951, ``broker.handlers.leader_hints``).
 
 ``isolation_level=1`` (read_committed) returns whole batches below the last stable offset
 (``broker.txn_partition``) and the aborted transactions they overlap; read_uncommitted
@@ -30,10 +32,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from broker.fetch_sessions import FetchContext
+from broker.handlers import leader_hints
 from broker.handlers.registry import RequestContext
 from broker.meta.base import MetaStoreError
 from broker.partition import PartitionLog
@@ -41,6 +44,8 @@ from broker.security.authz import Operation, ResourceType, allowed
 from broker.txn_partition import cap_batches, loaded_state, state_of
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.fetch_fast import (
+    FIRST_FLEXIBLE,
+    FIRST_NODE_ENDPOINTS,
     FetchPartitionData,
     FetchResponseData,
     FetchTopicData,
@@ -162,6 +167,29 @@ async def _collect(
     return FetchResponseData(topics=topics), total
 
 
+def _with_leaders(ctx: RequestContext, resp: FetchResponseData, version: int) -> FetchResponseData:
+    """KIP-951: the new owner of every partition answered NOT_LEADER_OR_FOLLOWER (v12+),
+    and where it is reached (v16+)."""
+    if version < FIRST_FLEXIBLE:
+        return resp
+    hinted: list[int] = []
+    for i, t in enumerate(resp.topics):
+        if all(p.error_code != leader_hints.MOVED for p in t.partitions):
+            continue
+        parts = list(t.partitions)
+        for j, p in enumerate(parts):
+            leader = None
+            if p.error_code == leader_hints.MOVED:
+                leader = leader_hints.current_leader(ctx, t.name, p.index)
+            if leader is not None:
+                parts[j] = replace(p, current_leader=leader)
+                hinted.append(leader[0])
+        resp.topics[i] = FetchTopicData(t.name, t.topic_id, parts)
+    if not hinted or version < FIRST_NODE_ENDPOINTS:
+        return resp
+    return replace(resp, node_endpoints=leader_hints.endpoints(ctx, hinted))
+
+
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
@@ -177,11 +205,11 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         remaining = deadline - loop.time()
         errors = any(w.error != ErrorCode.NONE for _, _, ws in plan for w in ws)
         if request.min_bytes <= 0 or total >= max(1, request.min_bytes) or remaining <= 0 or errors:
-            return session.respond(resp)
+            return session.respond(_with_leaders(ctx, resp, version))
         logs = [w.log for _, _, ws in plan for w in ws if w.log is not None]
         logs += session.idle_logs()  # a session's unchanged partitions, not read
         if not logs:
-            return session.respond(resp)
+            return session.respond(_with_leaders(ctx, resp, version))
         waiter: asyncio.Future[None] = loop.create_future()
         for lg in logs:
             lg.waiters.append(waiter)

@@ -1,5 +1,8 @@
 """Produce (key 0), versions 0-11.
 
+A partition answered NOT_LEADER_OR_FOLLOWER names its new owner in v10+ (KIP-951,
+``broker.handlers.leader_hints``).
+
 Decoded by ``protocol.produce_fast`` without copying record bytes; every batch is
 validated by ``protocol.validate`` (framing, CRC-32C, the header against the records
 actually present, decompressing compressed ones, producer fields, control batches,
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import quotas
+from broker.handlers import leader_hints
 from broker.handlers.registry import Encoded, RequestContext, handler_failed
 from broker.meta.base import MetaStoreError
 from broker.meta.schema import TopicInfo
@@ -61,6 +65,7 @@ from protocol.compaction import require_keys
 from protocol.errors import ErrorCode, KafkaProtocolError
 from protocol.legacy import convert_message_set, is_legacy
 from protocol.produce_fast import (
+    FIRST_LEADER_HINTS,
     ProducePartitionData,
     ProducePartitionResult,
     ProduceRequestData,
@@ -250,7 +255,6 @@ def _txn_denied(ctx: RequestContext, request: ProduceRequestData) -> bool:
 
 
 async def produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
-    version = ctx.header.api_version
     results: list[tuple[str, list[_Outcome]]] = []
     if request.acks not in (0, 1, -1) or _txn_denied(ctx, request):
         code = (
@@ -274,7 +278,7 @@ async def produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
     throttle_ms = quotas.throttle(ctx, quotas.PRODUCE, nbytes)  # client quotas (issue 12)
     if request.acks == 0:
         return _silently(results)
-    return _respond(version, results, request.timeout_ms, throttle_ms)
+    return _respond(ctx, results, request.timeout_ms, throttle_ms)
 
 
 async def _silently(results: list[tuple[str, list[_Outcome]]]) -> None:
@@ -287,12 +291,17 @@ async def _silently(results: list[tuple[str, list[_Outcome]]]) -> None:
 
 
 async def _respond(
-    version: int, results: list[tuple[str, list[_Outcome]]], timeout_ms: int, throttle_ms: int = 0
+    ctx: RequestContext,
+    results: list[tuple[str, list[_Outcome]]],
+    timeout_ms: int,
+    throttle_ms: int = 0,
 ) -> Any:
+    version = ctx.header.api_version
     waits = [w for _, outs in results for o in outs for w in (o.waits or ())]
     if waits:
         await asyncio.wait(waits, timeout=max(timeout_ms, 1000) / 1000)
     topics = []
+    hinted: list[int] = []  # leaders named in the response (KIP-951)
     for name, outs in results:
         parts = []
         for o in outs:
@@ -300,6 +309,11 @@ async def _respond(
             if code == ErrorCode.NONE:
                 code = _wait_result(o.waits or [])
             ok = code == ErrorCode.NONE
+            leader = None
+            if code == leader_hints.MOVED and version >= FIRST_LEADER_HINTS:
+                leader = leader_hints.current_leader(ctx, name, o.index)
+                if leader is not None:
+                    hinted.append(leader[0])
             parts.append(
                 ProducePartitionResult(
                     index=o.index,
@@ -309,10 +323,12 @@ async def _respond(
                     log_start_offset=o.log_start,
                     error_message=o.message,
                     record_errors=o.record_errors or (),
+                    current_leader=leader,
                 )
             )
         topics.append(ProduceTopicResult(name, parts))
-    return Encoded(encode_produce_response(version, topics, throttle_ms), topics)
+    nodes = leader_hints.endpoints(ctx, hinted) if hinted else ()
+    return Encoded(encode_produce_response(version, topics, throttle_ms, nodes), topics)
 
 
 def _wait_result(waits: list[asyncio.Future[None]]) -> ErrorCode:
