@@ -155,22 +155,28 @@ class Fetched:
     records: list[tuple[int, bytes | None, bytes | None]]  # (offset, key, value)
 
 
-def fetch_records(
-    port: int, topic: str, partition: int, offset: int = 0, max_bytes: int = 4 << 20
-) -> Fetched:
-    """One Fetch v11 from ``offset`` (no wait); every record of the returned batches."""
-    req = FetchRequest(
+def fetch_request(topics: list[Any], *, max_bytes: int = 4 << 20, isolation_level: int = 0) -> Any:
+    """A consumer's Fetch of ``topics`` (kafka-python's topic entries or tuples) without a
+    wait or a session."""
+    return FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
         max_bytes=max_bytes,
-        isolation_level=0,
+        isolation_level=isolation_level,
         session_id=0,
         session_epoch=-1,
-        topics=[(topic, [(partition, -1, offset, -1, max_bytes)])],
+        topics=topics,
         forgotten_topics_data=[],
         rack_id="",
     )
+
+
+def fetch_records(
+    port: int, topic: str, partition: int, offset: int = 0, max_bytes: int = 4 << 20
+) -> Fetched:
+    """One Fetch v11 from ``offset`` (no wait); every record of the returned batches."""
+    req = fetch_request([(topic, [(partition, -1, offset, -1, max_bytes)])], max_bytes=max_bytes)
     with RawConn(port) as c:
         resp = c.call(req, FetchResponse, 11)
     (t,) = resp.responses

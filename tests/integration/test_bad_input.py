@@ -384,18 +384,7 @@ def test_client_that_never_reads(bad_broker: BrokerProcess) -> None:
     and frees it all when the client goes away."""
     big = build_batch([(b"k", bytes(range(256)) * 256, None)] * 4)  # ~256 KiB, incompressible
     assert kr.produce_raw(bad_broker.port, "hoard", 0, big).error_code == 0
-    fetch = kr.FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[("hoard", [(0, -1, 0, -1, 1 << 20)])],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    fetch = kr.fetch_request([("hoard", [(0, -1, 0, -1, 1 << 20)])], max_bytes=1 << 20)
     payload = build_batch([(b"k", bytes(range(256)) * 4096, None)])  # 1 MiB
     produce = kr.request_bytes(kr.produce_request("hoard", 0, payload, acks=1), 8)
     s = socket.create_connection(("127.0.0.1", bad_broker.port), timeout=3)

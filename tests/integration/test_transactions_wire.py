@@ -15,7 +15,7 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import (
     AddPartitionsToTxnRequest,
@@ -29,6 +29,7 @@ from kafka.protocol.producer.transaction import (
 from protocol.errors import ErrorCode as E
 from protocol.records import build_batch
 from tests.fixtures.broker import BrokerProcess
+from tests.integration import kafka_raw as kr
 from tests.integration.conftest import create_topic, unique_topic
 from tests.integration.kafka_raw import RawConn
 from tests.integration.test_transactions import txn_broker  # noqa: F401
@@ -89,17 +90,8 @@ def txn_batch(pid: int, epoch: int, seq: int, *, control: bool = False) -> bytes
 
 
 def fetch(c: RawConn, topic: str, isolation: int) -> Any:
-    req = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=isolation,
-        session_id=0,
-        session_epoch=-1,
-        topics=[(topic, [(0, -1, 0, -1, 1 << 20)])],
-        forgotten_topics_data=[],
-        rack_id="",
+    req = kr.fetch_request(
+        [(topic, [(0, -1, 0, -1, 1 << 20)])], max_bytes=1 << 20, isolation_level=isolation
     )
     return c.call(req, FetchResponse, 11).responses[0].partitions[0]
 

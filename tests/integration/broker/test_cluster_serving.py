@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -31,24 +29,16 @@ from tests.integration.zombie_cluster import (
     WAIT,
     ZCluster,
     assert_exactly,
-    make_backend,
-    running,
     topic_owned_by,
 )
 
-pytestmark = pytest.mark.integration
+# placement does not depend on the store: the shared directory store with etcd only (the
+# durability tests' ``zc`` runs SeaweedFS as well)
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("zc", ["file"], indirect=True)]
 
 PARTITIONS = 4
 LONG_LEASE = ("--lease-ttl", "60")  # outlives the test: only the mark keeps broker 2 out
 FAKE_NODE = 3  # a registration put by the test itself, to order etcd's events
-
-
-@pytest.fixture
-def zc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZCluster]:
-    """Brokers on a shared directory store with etcd (placement does not depend on the
-    store; the zombie tests run SeaweedFS as well)."""
-    with running(ZCluster(tmp_path, make_backend(request, "file", tmp_path))) as c:
-        yield c
 
 
 def group_owned_by(node: int, nodes: list[int]) -> str:

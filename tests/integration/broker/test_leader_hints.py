@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,20 +21,14 @@ from tests.integration.zombie_cluster import (
     WAIT,
     ZCluster,
     assert_exactly,
-    make_backend,
-    running,
     topic_owned_by,
 )
 
-pytestmark = pytest.mark.integration
+# placement does not depend on the store: the shared directory store with etcd only (the
+# durability tests' ``zc`` runs SeaweedFS as well)
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("zc", ["file"], indirect=True)]
 
 MOVED = 6  # NOT_LEADER_OR_FOLLOWER
-
-
-@pytest.fixture
-def zc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ZCluster]:
-    with running(ZCluster(tmp_path, make_backend(request, "file", tmp_path))) as c:
-        yield c
 
 
 def produce(port: int, topic: str, version: int) -> Any:
@@ -67,18 +59,7 @@ def fetch(port: int, topic: str, topic_id: uuid.UUID, version: int) -> Any:
         log_start_offset=-1,
         partition_max_bytes=1 << 20,
     )
-    req = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[T(topic=topic, topic_id=topic_id, partitions=[part])],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    req = kr.fetch_request([T(topic=topic, topic_id=topic_id, partitions=[part])])
     with kr.RawConn(port) as c:
         return c.call(req, FetchResponse, version)
 
