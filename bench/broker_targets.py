@@ -294,6 +294,15 @@ def built_extensions(tree: Path) -> Path:
     return tree
 
 
+def broker_env(tree: Path | None) -> dict[str, str]:
+    """The environment of a broker process: this one's without ``KAFSCALE_*`` (no fault
+    checkpoints or settings leak in), running ``tree``'s code when one is given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
+    if tree is not None:
+        env["PYTHONPATH"] = str(built_extensions(tree).resolve())
+    return env
+
+
 @contextlib.contextmanager
 def base_target(
     workdir: Path, tree: Path, limits: BrokerLimits, extra: list[str]
@@ -307,10 +316,8 @@ def base_target(
     # one process, as the ``local`` target (--workers defaults to the cores with etcd)
     args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
             "--log-level", "WARNING", *limits.args(), *extra, "--workers", "1"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-    env["PYTHONPATH"] = str(built_extensions(tree).resolve())
     s3 = any(a.startswith("s3://") for a in extra)
-    broker = BrokerProcess(workdir, port, args, env).start()
+    broker = BrokerProcess(workdir, port, args, broker_env(tree)).start()
     try:
         yield Target("base", broker.bootstrap, broker.pid, f"http://127.0.0.1:{http}/metrics",
                      limits.broker_inflight_bytes + limits.cache_bytes,

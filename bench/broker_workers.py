@@ -23,7 +23,8 @@ from typing import Any
 WORKER_TIMEOUT = 300.0
 
 
-def _percentile(ordered: list[float], q: float) -> float:
+def percentile(ordered: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of sorted values (NaN for none)."""
     if not ordered:
         return math.nan
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
@@ -105,8 +106,8 @@ def _produce(spec: dict[str, Any]) -> dict[str, Any]:
         "errors": len(errors) + unsent,
         "cpu_seconds": cpu,
         "first_error": errors[0] if errors else None,
-        "p50_ms": _percentile(latencies, 0.50) * 1000,
-        "p99_ms": _percentile(latencies, 0.99) * 1000,
+        "p50_ms": percentile(latencies, 0.50) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
     }
 
 

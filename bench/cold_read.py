@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_run import create_topics
-from bench.broker_targets import Target, built_extensions, cpu_seconds, profiled, py_spy
+from bench.broker_targets import Target, broker_env, cpu_seconds, profiled, py_spy
 from bench.broker_workers import run_worker
 from bench.fs_probe import new_workdir
 
@@ -205,11 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         base = None
         pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
         if args.base_tree is not None:  # the same bucket and metadata, the older broker
-            env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-            env["PYTHONPATH"] = str(built_extensions(args.base_tree).resolve())
             port = free_port()
             bargs = ["--listen", f"127.0.0.1:{port}", "--store", url, *limits]
-            bp = BrokerProcess(work / "b", port, bargs, env).start()
+            bp = BrokerProcess(work / "b", port, bargs, broker_env(args.base_tree)).start()
             try:
                 _take(bp.bootstrap, "cold")
                 base = _consume(

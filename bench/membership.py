@@ -21,7 +21,6 @@ Processes are stopped by PID.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import threading
@@ -33,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker_run import create_topics
-from bench.broker_targets import built_extensions
+from bench.broker_targets import broker_env
+from bench.broker_workers import percentile
 from bench.fs_probe import new_workdir
 
 INTERVAL_S = 0.01
@@ -88,10 +88,7 @@ def _broker(tree: Path | None, workdir: Path, node: int, etcd: str, log: str) ->
     args = ["--listen", f"127.0.0.1:{port}", "--node-id", str(node), "--workers", "1",
             "--store", f"file://{workdir / 'store'}", "--meta", etcd,
             "--log-level", log]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-    if tree is not None:
-        env["PYTHONPATH"] = str(built_extensions(tree).resolve())
-    return BrokerProcess(workdir / f"node-{node}", port, args, env)
+    return BrokerProcess(workdir / f"node-{node}", port, args, broker_env(tree))
 
 
 @contextmanager
@@ -116,11 +113,9 @@ def _cluster(tree: Path | None) -> Iterator[tuple[Any, Any]]:
 def figures(rows: list[tuple[int, float]]) -> dict[str, float]:
     """The longest delivery, the 99th percentile (ms) and the partitions with a delivery
     over ``SLOW_MS``, of (partition, delivery ms) rows."""
-    if not rows:
-        return {"max": float("nan"), "p99": float("nan"), "slow": 0.0, "records": 0.0}
     ms = sorted(m for _, m in rows)
     slow = {p for p, m in rows if m > SLOW_MS}
-    return {"max": ms[-1], "p99": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
+    return {"max": percentile(ms, 1.0), "p99": percentile(ms, 0.99),
             "slow": float(len(slow)), "records": float(len(ms))}  # fmt: skip
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.broker_run import create_topics
-from bench.broker_targets import built_extensions
+from bench.broker_targets import broker_env
 from bench.fs_probe import new_workdir
 
 if TYPE_CHECKING:
@@ -111,10 +111,7 @@ def local_broker(
     port, http = free_port(), free_port()
     args = ["--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
             "--node-id", "0", "--workers", "1", "--log-level", "WARNING", *extra]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFSCALE_")}
-    if tree is not None:
-        env["PYTHONPATH"] = str(built_extensions(tree).resolve())
-    broker = BrokerProcess(workdir, port, args, env).start()
+    broker = BrokerProcess(workdir, port, args, broker_env(tree)).start()
     return broker, f"http://127.0.0.1:{http}/metrics", workdir
 
 

@@ -12,15 +12,15 @@ import pytest
 from bench.broker_report import format_table
 from bench.broker_run import MB, QUICK, Plan, _median, _phase_specs
 from bench.broker_targets import Target
-from bench.broker_workers import PACE_SLICE_S, _percentile, pace
+from bench.broker_workers import PACE_SLICE_S, pace, percentile
 
 
 def test_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert _percentile(values, 0.50) == 50.0
-    assert _percentile(values, 0.99) == 99.0
-    assert _percentile([7.0], 0.99) == 7.0
-    assert math.isnan(_percentile([], 0.5))
+    assert percentile(values, 0.50) == 50.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile([7.0], 0.99) == 7.0
+    assert math.isnan(percentile([], 0.5))
 
 
 class _Polls:
