@@ -8,8 +8,8 @@ the new owner without asking for Metadata first; a hint is a hint, and a client 
 on a stale one is answered NOT_LEADER_OR_FOLLOWER again and refreshes its metadata.
 
 Nothing is named when this broker is the owner by the hash (its lease in doubt, or the
-partition being taken), when the owner is not a serving broker it knows, or when no
-epoch is known (no owner key: clients treat -1 as older than any epoch they hold).
+partition being taken), or when no epoch is known (no owner key: clients treat -1 as
+older than any epoch they hold).
 Encoding: ``protocol.leader_hints``.
 """
 
@@ -29,7 +29,7 @@ def current_leader(ctx: RequestContext, topic: str, partition: int) -> tuple[int
     """(leader id, leader epoch) of a partition another broker owns now, or None."""
     cluster = ctx.broker.cluster
     owner = cluster.partition_owner(topic, partition)
-    if owner.node_id == cluster.me.node_id or cluster.broker(owner.node_id) is None:
+    if owner.node_id == cluster.me.node_id:  # the owner is always a serving broker
         return None
     epoch = cluster.leader_epoch(topic, partition)
     return (owner.node_id, epoch) if epoch >= 0 else None
