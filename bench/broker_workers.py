@@ -12,7 +12,6 @@ share a GIL.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -20,14 +19,9 @@ import time
 import uuid
 from typing import Any
 
+from bench.stats import percentile
+
 WORKER_TIMEOUT = 300.0
-
-
-def percentile(ordered: list[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile of sorted values (NaN for none)."""
-    if not ordered:
-        return math.nan
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 #: the longest sleep between two polls of a paced producer: a delivery report waits at

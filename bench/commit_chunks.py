@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench.fs_probe import bench_dir
+from bench.stats import percentile
 from broker.meta.base import Compare, MetaStore, Put
 from broker.meta.embedded import EmbeddedStore
 from broker.meta.schema import end_key, owner_key, seg_entry_key
@@ -87,7 +88,7 @@ async def measure(store: MetaStore, count: int, cycles: int) -> dict[str, list[f
 
 def report(store: MetaStore, name: str, count: int, times: dict[str, list[float]]) -> None:
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    p99 = {k: sorted(v)[int(len(v) * 0.99) - 1] * 1000 for k, v in times.items()}
+    p99 = {k: percentile(sorted(v), 0.99) * 1000 for k, v in times.items()}
     chunks = len(Partitions(store, count).chunks())
     print(
         f"{name:9} {count:5} partitions ({chunks} chunks): one by one median "

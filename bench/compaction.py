@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fs_probe import bench_dir
+from bench.stats import percentile
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
 
 FAST = ["--merge-interval-ms", "200", "--segment-delete-grace-ms", "2000"]
@@ -124,7 +125,7 @@ def produce(
     if errors:
         raise RuntimeError(f"{len(errors)} produce errors, first {errors[0]}")
     lat.sort()
-    return n * value_bytes / 1e6 / elapsed, lat[int(len(lat) * 0.99) - 1] * 1000
+    return n * value_bytes / 1e6 / elapsed, percentile(lat, 0.99) * 1000
 
 
 def compaction_run(b: BrokerProcess, metrics: str, args: argparse.Namespace) -> dict[str, float]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fs_probe import bench_dir
+from bench.stats import percentile
 from broker.meta.base import Compare, MetaStore, Op, TxnResult, open_meta
 from broker.partition import PartitionLog
 from broker.server import Broker
@@ -111,7 +112,7 @@ async def measure(
         all_txns = s.meta.txns - totals[s.name][0]
         ack_txns = s.broker.logs.flusher.stats["txns"] - totals[s.name][1]
         med = statistics.median(s.acked) * 1000
-        p99 = sorted(s.acked)[max(0, int(len(s.acked) * 0.99) - 1)] * 1000
+        p99 = percentile(sorted(s.acked), 0.99) * 1000
         print(
             f"  {s.name:<18} {partitions:5} partitions: acknowledged in median {med:7.2f} ms"
             f" p99 {p99:7.2f} ms | flush cycles {n} | metadata txns per cycle"

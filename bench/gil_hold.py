@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from bench.stats import percentile
 from segments.format import iter_batch_frames
 from segments.joins import join
 from segments.store import Buffer
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         ):  # fmt: skip
             w = waits(work)
             print(f"{what} of {mb:.1f} MB x {args.rounds}, {name}: main thread's longest wait "
-                  f"{1000 * w[-1]:.2f} ms, p99 {1000 * w[int(0.99 * (len(w) - 1))]:.2f} ms, "
+                  f"{1000 * w[-1]:.2f} ms, p99 {1000 * percentile(w, 0.99):.2f} ms, "
                   f"{sum(x > 0.002 for x in w)} waits over 2 ms of {len(w)}")  # fmt: skip
     return 0
 

@@ -33,8 +33,8 @@ from typing import Any
 
 from bench.broker_run import create_topics
 from bench.broker_targets import broker_env
-from bench.broker_workers import percentile
 from bench.fs_probe import new_workdir
+from bench.stats import percentile
 
 INTERVAL_S = 0.01
 SETTLE_S = 4.0  # each phase: long enough for every moved partition to be produced to again

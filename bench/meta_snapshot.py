@@ -25,14 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
+
 REPO = Path(__file__).resolve().parents[1]
 TXN_OPS = 128
 WARM_PUTS = 200
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 async def measure(workdir: Path, entries: int, value_bytes: int, snapshots: int) -> dict[str, Any]:
@@ -101,12 +98,12 @@ def run_tree(tree: Path, entries: int, value_bytes: int, snapshots: int) -> dict
 
 
 def _line(name: str, res: dict[str, Any]) -> str:
-    d, b = res["during_ms"], res["between_ms"]
+    d, b = sorted(res["during_ms"]), sorted(res["between_ms"])
     return (
         f"{name}: snapshot {statistics.median(res['snapshot_ms']):.1f} ms (median); "
-        f"puts while one is written: {len(d)}, p50 {_pct(d, 0.5):.2f} / p99 "
-        f"{_pct(d, 0.99):.2f} / max {max(d, default=0):.2f} ms; between: p50 "
-        f"{_pct(b, 0.5):.2f} / p99 {_pct(b, 0.99):.2f} / max {max(b, default=0):.2f} ms"
+        f"puts while one is written: {len(d)}, p50 {percentile(d, 0.5):.2f} / p99 "
+        f"{percentile(d, 0.99):.2f} / max {max(d, default=0):.2f} ms; between: p50 "
+        f"{percentile(b, 0.5):.2f} / p99 {percentile(b, 0.99):.2f} / max {max(b, default=0):.2f} ms"
     )
 
 

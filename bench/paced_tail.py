@@ -39,6 +39,7 @@ from bench.alternating import alternate
 from bench.broker_run import create_topics
 from bench.broker_targets import BrokerLimits, base_target, broker_target, cpu_seconds
 from bench.broker_workers import pace
+from bench.stats import percentile
 
 SLOW_S = 0.010  # a message slower than this is part of a stall
 
@@ -186,8 +187,8 @@ def trial(tree: Path | None, args: argparse.Namespace, workdir: Path) -> dict[st
     lat = sorted(latency for _sent, latency in res)
     runs = stalls(res)
     return {
-        "p50_ms": 1000 * lat[len(lat) // 2],
-        "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))],
+        "p50_ms": 1000 * percentile(lat, 0.5),
+        "p99_ms": 1000 * percentile(lat, 0.99),
         "max_ms": 1000 * lat[-1],
         "cpu_ms_mb": 1000 * cpu / (len(lat) * 1024 / 1e6),
         "stalls": float(len(runs)),

@@ -31,6 +31,7 @@ from pathlib import Path
 from bench.alternating import alternate
 from bench.broker_targets import BrokerLimits, base_target, broker_target, cpu_seconds
 from bench.paced_tail import lagged_group
+from bench.stats import percentile
 
 PROBE_GAP_S = 0.0005
 WINDOW_STEP_S = 0.3
@@ -86,8 +87,8 @@ def window(bootstrap: str, url: str | None, pid: int | None, scrapes: int) -> di
     rtts.sort()
     return {
         "probes": float(len(rtts)),
-        "p50_ms": 1000 * rtts[len(rtts) // 2],
-        "p99_ms": 1000 * rtts[int(0.99 * (len(rtts) - 1))],
+        "p50_ms": 1000 * percentile(rtts, 0.5),
+        "p99_ms": 1000 * percentile(rtts, 0.99),
         "max_ms": 1000 * rtts[-1],
         "scrape_ms": 1000 * statistics.median(took) if took else 0.0,
         "cpu_s": cpu,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fs_probe import bench_dir
+from bench.stats import percentile
 from tests.fixtures.broker import BrokerProcess, start_broker
 
 VALUE = b"x" * 100
@@ -36,13 +37,6 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         fut.result(30)
-
-
-def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def run_mode(bootstrap: str, partitions: int, records: int, txn_size: int) -> dict[str, Any]:
@@ -94,7 +88,7 @@ def run_mode(bootstrap: str, partitions: int, records: int, txn_size: int) -> di
         "MB/s": records * len(VALUE) / secs / 1e6,
         "commits": len(commits),
         "commit p50 ms": statistics.median(commits) if commits else float("nan"),
-        "commit p99 ms": _pct(commits, 0.99),
+        "commit p99 ms": percentile(sorted(commits), 0.99),
     }
 
 

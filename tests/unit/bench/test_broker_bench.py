@@ -1,9 +1,8 @@
-"""The benchmark harness's pure parts: percentiles, the median trial, the report table.
+"""The benchmark harness's pure parts: pacing, the median trial, the report table.
 (The harness itself is run by hand: ``python -m bench.broker --quick``.)"""
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -12,15 +11,7 @@ import pytest
 from bench.broker_report import format_table
 from bench.broker_run import MB, QUICK, Plan, _median, _phase_specs
 from bench.broker_targets import Target
-from bench.broker_workers import PACE_SLICE_S, pace, percentile
-
-
-def test_percentile_is_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 0.50) == 50.0
-    assert percentile(values, 0.99) == 99.0
-    assert percentile([7.0], 0.99) == 7.0
-    assert math.isnan(percentile([], 0.5))
+from bench.broker_workers import PACE_SLICE_S, pace
 
 
 class _Polls:

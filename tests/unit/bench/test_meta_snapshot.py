@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.meta_snapshot import WARM_PUTS, _line, _pct, measure
+from bench.meta_snapshot import WARM_PUTS, _line, measure
 from broker.meta.embedded import EmbeddedStore
 
 
@@ -19,9 +19,3 @@ async def test_every_snapshot_is_timed_and_the_puts_are_counted(tmp_path: Path) 
         assert len(await store.range("/fill/")) == 300
     finally:
         await store.close()
-
-
-def test_percentiles() -> None:
-    assert _pct([], 0.99) == 0.0
-    assert _pct([3.0, 1.0, 2.0], 0.5) == 2.0
-    assert _pct([float(i) for i in range(100)], 0.99) == 99.0
