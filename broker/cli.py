@@ -1,8 +1,10 @@
 """The ``kafscale`` command line: one layer under every sub-command (README.md).
 
-- **Environment fallback**: every flag ``--some-flag`` of every sub-command can also be
-  given as ``KAFSCALE_SOME_FLAG`` (upper case, ``-`` becomes ``_``); a flag on the command
-  line wins. :class:`EnvParser` is the argparse parser that does it.
+- **Environment fallback**: every flag of every sub-command can also be given as an
+  environment variable, ``--flush-interval-ms`` as ``KAFSCALE_FLUSH_INTERVAL_MS`` (upper
+  case, ``-`` becomes ``_``); a flag on the command line wins. :class:`EnvParser` is the
+  argparse parser that does it. The broker and the ingest job warn of a ``KAFSCALE_*``
+  variable that is no setting of theirs (a misspelling is not ignored in silence).
 - **Booleans**: :func:`parse_bool` and its one list of true and false strings.
 - **Dispatch**: :data:`COMMANDS` maps a command (``broker``, ``segments inspect``, ...) to
   the ``module:function`` that runs it; the module is imported only when that command
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +27,19 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO, cast
 
 ENV_PREFIX = "KAFSCALE_"
+
+#: the variables read from the environment directly, not through a flag: no command warns
+#: of them (:meth:`EnvParser.warn_unknown_env`)
+ENV_ONLY: dict[str, str] = {
+    "KAFSCALE_FAULT_PAUSE": "freeze at a fault checkpoint (broker/faults.py; tests)",
+    "KAFSCALE_DIRECT_IO": "the local store's O_DIRECT writes (segments/local_files.py)",
+    "KAFSCALE_KEEP_PAGE_CACHE": "the local store's page cache (segments/local_files.py)",
+    "KAFSCALE_PURE_PYTHON": "no native extensions (protocol/native.py)",
+    "KAFSCALE_NO_NATIVE": "no native build expected (the tests)",
+    "KAFSCALE_INGEST_PROFILE": "profile the ingest tasks (ingest_job/task.py)",
+    "KAFSCALE_INGEST_KILL_AT": "kill the ingest job at a step (ingest_job/catalog.py; tests)",
+    "KAFSCALE_USER_PASSWORD": "kafscale users create's password (broker/cli_security.py)",
+}
 TRUE_STRINGS = frozenset({"1", "true", "yes", "on"})
 FALSE_STRINGS = frozenset({"0", "false", "no", "off", ""})
 
@@ -144,6 +160,26 @@ class EnvParser:
         if opt.choices is not None and value not in opt.choices:
             self.error(f"{env_name(opt.flag)}={raw!r}: choose from {', '.join(opt.choices)}")
         return value
+
+    def variables(self) -> set[str]:
+        """The environment variable of every option."""
+        return {env_name(o.flag) for o in self._options}
+
+    def unknown_env(self) -> list[str]:
+        """The ``KAFSCALE_*`` variables set that no flag of this command reads (nor anything
+        else, :data:`ENV_ONLY`): a misspelt one would otherwise be ignored in silence."""
+        known = self.variables() | ENV_ONLY.keys()
+        return sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)
+
+    def warn_unknown_env(self, logger: logging.Logger) -> None:
+        """One warning per :meth:`unknown_env` variable (as Kafka warns of a setting it
+        was given and does not know)."""
+        for name in self.unknown_env():
+            logger.warning("%s is set but %s has no such setting: ignored", name, self.prog)
+
+    @property
+    def prog(self) -> str:
+        return self.parser.prog
 
     def error(self, message: str) -> NoReturn:
         self.parser.error(message)

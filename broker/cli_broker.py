@@ -411,11 +411,13 @@ def main(argv: list[str]) -> int:
     """``kafscale broker [FLAGS]``: run a broker until SIGTERM/SIGINT."""
     _fixed_mmap_threshold()
     config, level = config_from_args(argv)
-    fmt = str(vars(broker_parser().parse_args(argv))["log_format"] or "text")
+    parser = broker_parser()
+    fmt = str(vars(parser.parse_args(argv))["log_format"] or "text")
     if fmt not in FORMATS:
         print(f"kafscale broker: --log-format {fmt!r}: choose text or json", file=sys.stderr)
         return 2
     setup_logging(level, fmt)
+    parser.warn_unknown_env(log)
     from broker.workers import WorkersError, supervise, workers_for
 
     try:

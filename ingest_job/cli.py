@@ -123,8 +123,10 @@ def _say(line: str) -> None:
 
 
 def _ingest(argv: Sequence[str]) -> int:
-    args = ingest_parser().parse_args(list(argv))
+    parser = ingest_parser()
+    args = parser.parse_args(list(argv))
     setup_logging(args.log_level, args.log_format)
+    parser.warn_unknown_env(log)
     if not args.topics:
         print("kafscale ingest: --topics is required (or KAFSCALE_TOPICS)", file=sys.stderr)
         return 2
@@ -188,8 +190,10 @@ def _continuous(cfg: IngestConfig, trigger: str) -> int:
 
 
 def _maintain(argv: Sequence[str]) -> int:
-    args = maintain_parser().parse_args(list(argv))
+    parser = maintain_parser()
+    args = parser.parse_args(list(argv))
     setup_logging(args.log_level, args.log_format)
+    parser.warn_unknown_env(log)
     if not (args.compact or args.expire_snapshots or args.remove_orphans):
         print(
             "kafscale ingest maintain: give --compact, --expire-snapshots and/or --remove-orphans",

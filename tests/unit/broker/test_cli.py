@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import logging
 import re
 from pathlib import Path
 
@@ -97,6 +100,58 @@ def test_help_names_every_variable() -> None:
     text = _parser().format_help()
     for var in ("KAFSCALE_COUNT", "KAFSCALE_NAME", "KAFSCALE_MODE", "KAFSCALE_FAST"):
         assert var in text
+
+
+def test_unknown_variables_are_warned_of_once_each(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misspelt variable is named; a setting, a variable read directly (``ENV_ONLY``) and
+    anything without the prefix are not."""
+    for name, value in (
+        ("KAFSCALE_COUNT", "7"),  # a setting
+        ("KAFSCALE_CONUT", "8"),  # misspelt
+        ("KAFSCALE_FAULT_PAUSE", "x"),  # read directly
+        ("KAFSCALE", "1"),  # without the prefix's underscore
+        ("OTHER_COUNT", "9"),
+    ):
+        monkeypatch.setenv(name, value)
+    pp = _parser()
+    assert pp.unknown_env() == ["KAFSCALE_CONUT"]
+    with caplog.at_level(logging.WARNING):
+        pp.warn_unknown_env(logging.getLogger("t"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "KAFSCALE_CONUT is set but prog has no such setting: ignored"
+    ]
+
+
+def _commands_parsers() -> list[EnvParser]:
+    """The parser of every command (its module's argument-less ``*parser`` functions)."""
+    out = []
+    for module in sorted({c.target.partition(":")[0] for c in cli.COMMANDS.values()}):
+        mod = importlib.import_module(module)
+        for name, func in inspect.getmembers(mod, inspect.isfunction):
+            if func.__module__ == module and name.endswith("parser"):
+                if not inspect.signature(func).parameters:
+                    parser = func()
+                    if isinstance(parser, EnvParser):
+                        out.append(parser)
+    return out
+
+
+def test_every_variable_the_code_names_is_a_setting_or_read_directly() -> None:
+    """``ENV_ONLY`` lists exactly the ``KAFSCALE_*`` variables the code reads that are no
+    command's setting: the broker would warn of one left out."""
+    settings = set().union(*(p.variables() for p in _commands_parsers()))
+    assert {"KAFSCALE_FLUSH_INTERVAL_MS", "KAFSCALE_TOPICS"} <= settings
+    named: set[str] = set()
+    for package in ("protocol", "segments", "groupcoord", "txncoord", "broker", "ingest_job"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path == ROOT / "broker" / "cli.py":
+                continue  # ENV_ONLY itself
+            named |= set(re.findall(r"KAFSCALE_[A-Z][A-Z0-9_]*[A-Z0-9]", path.read_text()))
+    direct = named - settings
+    assert direct == set(cli.ENV_ONLY) - {"KAFSCALE_NO_NATIVE"}  # the tests read that one
+    assert not set(cli.ENV_ONLY) & settings
 
 
 # --------------------------------------------------------------------------- kafscale broker

@@ -132,3 +132,51 @@ def test_the_security_overlay_gives_every_worker_its_listeners(
         worker, _ = config_from_args([*meta, *plan.args()])
         assert set(bound_ports(worker)) - {9092 + plan.index} <= declared  # 9092+i: localhost
         assert bound_ports(worker) == bound_ports(shift_ports(config, plan.index))
+
+
+def _all_docs() -> list[dict[str, Any]]:
+    """The base's documents and the security overlay's."""
+    docs = [d for _f, d in _docs()]
+    for path in sorted((K8S / "security").glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def _variables(container: dict[str, Any], docs: list[dict[str, Any]]) -> set[str]:
+    """The ``KAFSCALE_*`` variables a container is given: ``env`` and ``envFrom``."""
+    names = {e["name"] for e in container.get("env", [])}
+    for ref in container.get("envFrom", []):
+        kind, name = (
+            ("ConfigMap", "configMapRef") if "configMapRef" in ref else ("Secret", "secretRef")
+        )
+        (source,) = [
+            d for d in docs if d["kind"] == kind and d["metadata"]["name"] == ref[name]["name"]
+        ]
+        names |= set(source.get("data", {})) | set(source.get("stringData", {}))
+    return {n for n in names if n.startswith("KAFSCALE_")}
+
+
+def test_every_variable_a_workload_gets_is_a_setting_of_its_command() -> None:
+    """A misspelt variable would be ignored (with one warning in the log): each one the
+    manifests give the broker (the base and the security overlay's patch) and the ingest
+    job must be a flag's variable of the command the container runs."""
+    from broker.cli_broker import broker_parser
+    from ingest_job.cli import ingest_parser
+
+    docs = _all_docs()
+    given: dict[str, set[str]] = {"broker": set(), "ingest": set()}
+    for doc in docs:
+        if doc["kind"] not in ("Deployment", "CronJob"):
+            continue
+        pod = doc["spec"]["jobTemplate"]["spec"] if doc["kind"] == "CronJob" else doc["spec"]
+        spec = pod["template"]["spec"]
+        for c in spec["containers"]:
+            run = " ".join(c.get("command", []) + c.get("args", []))
+            command = "ingest" if "kafscale ingest" in run else "broker"  # the patch: no command
+            assert doc["metadata"]["name"] == "kafscale-broker" or command == "ingest", run
+            given[command] |= _variables(c, docs)
+    assert {"KAFSCALE_STORE", "KAFSCALE_WORKERS", "KAFSCALE_ETCD_PASSWORD"} <= given["broker"]
+    assert {"KAFSCALE_STORE", "KAFSCALE_TOPICS"} <= given["ingest"]
+    assert given["broker"] - broker_parser().variables() == set()
+    assert given["ingest"] - ingest_parser().variables() == set()
