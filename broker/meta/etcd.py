@@ -52,6 +52,10 @@ _TARGETS = {
     "mod_revision": rpc.Compare.MOD,
 }
 _CONNECTION_CODES = (rpc.StatusCode.UNAVAILABLE,)
+#: gRPC takes no received message over 4 MiB by default: a range of a partition's segment
+#: entries, of every committed offset's key or of every topic may be larger. etcd sends
+#: answers of up to 2 GiB - 1, and Go's etcd client takes as much.
+CHANNEL_OPTIONS = {"grpc.max_receive_message_length": 2**31 - 1}
 
 
 @contextlib.asynccontextmanager
@@ -136,9 +140,9 @@ class EtcdStore:
         if self._client is None:
             host, port = self._endpoints[self._next % len(self._endpoints)]
             client = (
-                aetcd.Client(host=host, port=port)
+                aetcd.Client(host=host, port=port, options=CHANNEL_OPTIONS)
                 if self._auth is None
-                else SecureClient(host, port, self._auth)
+                else SecureClient(host, port, self._auth, CHANNEL_OPTIONS)
             )
             try:
                 await client.connect()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aetcd
 import grpc
@@ -42,8 +43,12 @@ def _read(path: str | None) -> bytes | None:
 class SecureClient(aetcd.Client):
     """aetcd's client over TLS (and/or with a user)."""
 
-    def __init__(self, host: str, port: int, auth: EtcdAuth) -> None:
-        super().__init__(host=host, port=port, username=auth.username, password=auth.password)
+    def __init__(
+        self, host: str, port: int, auth: EtcdAuth, options: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(
+            host=host, port=port, username=auth.username, password=auth.password, options=options
+        )
         self._auth = auth
 
     async def connect(self) -> None:

@@ -220,3 +220,18 @@ def _bucket_keys(endpoint: S3Endpoint, bucket: str) -> list[str]:
         return [o["Key"] for o in c.list_objects_v2(Bucket=bucket).get("Contents", [])]
     finally:
         c.close()
+
+
+async def test_ranges_past_a_grpc_message_on_tls_etcd(secure_etcd: tuple[int, Pki, object]) -> None:
+    """The TLS channel takes answers over 4 MiB too (the MetaStore contract's test, on it)."""
+    from broker.meta.etcd import EtcdStore
+    from broker.meta.etcd_secure import EtcdAuth
+    from tests.unit.broker.meta.test_contract import test_ranges_and_keys_larger_than_a_grpc_message
+
+    port, pki, client = secure_etcd
+    auth = EtcdAuth("root", ROOT_PW, str(pki.ca), str(client.cert), str(client.key))  # type: ignore[attr-defined]
+    store = EtcdStore.from_url(f"etcd://127.0.0.1:{port}", prefix="/large", auth=auth)
+    try:
+        await test_ranges_and_keys_larger_than_a_grpc_message(store)
+    finally:
+        await store.close()

@@ -119,6 +119,35 @@ async def test_keys_are_ranges_keys(store: MetaStore) -> None:
     assert await store.keys("/g/a/") == ["/g/a/offsets/t/0"]
 
 
+#: past gRPC's default 4 MiB limit on a received message (the etcd client's answers)
+LARGE_BYTES = 6 * 1024 * 1024
+
+
+async def test_ranges_and_keys_larger_than_a_grpc_message(store: MetaStore) -> None:
+    """A partition's segment entries, every committed offset's key (the group listing) or
+    every topic can add up to more than 4 MiB: ``range`` and ``keys`` return all of it,
+    sorted, each value whole."""
+    key_pad, value_bytes = "k" * 900, 8 * 1024  # one txn stays under etcd's 1.5 MiB request
+    n = LARGE_BYTES // (len(key_pad) + value_bytes) + 1
+    per_txn = 100
+    for first in range(0, n, per_txn):
+        puts = [
+            Put(f"/big/{i:06d}/{key_pad}", i.to_bytes(4, "big") * (value_bytes // 4))
+            for i in range(first, min(n, first + per_txn))
+        ]
+        assert (await store.txn([], puts)).succeeded
+    await store.put("/bigger", b"outside")
+    kvs = await store.range("/big/")
+    assert [kv.key for kv in kvs] == [f"/big/{i:06d}/{key_pad}" for i in range(n)]
+    assert all(kv.value == i.to_bytes(4, "big") * (value_bytes // 4) for i, kv in enumerate(kvs))
+    assert sum(len(kv.key) + len(kv.value) for kv in kvs) > LARGE_BYTES
+    assert await store.keys("/big/") == [kv.key for kv in kvs]
+    many = [f"/many/{i:06d}/{'x' * 1000}" for i in range(LARGE_BYTES // 1000 + 1)]
+    for first in range(0, len(many), store.max_txn_ops):
+        await store.txn([], [Put(k, b"") for k in many[first : first + store.max_txn_ops]])
+    assert await store.keys("/many/") == many  # keys alone past the limit
+
+
 async def test_prefixes_isolate_stores(backend: tuple[MetaStore, Opener]) -> None:
     store, other = backend
     await store.put("/shared", b"mine")
