@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtualenv in .venv with the locked dependencies and the project.
 # Usage: scripts/setup.sh [--test]   (--test adds the system packages the tests start:
-# etcd, kcat, Java for Spark, Node for kafkajs, and .venv-quix for the Quix Streams test)
+# etcd, kcat, Java for Spark, Node for kafkajs, and .venv-quix and .venv-faust for the
+# Quix Streams and Faust tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -47,6 +48,16 @@ if [ "${1:-}" = "--test" ] && [ -f tests/integration/quix/requirements.lock ]; t
     [ -x .venv-quix/bin/python ] || "$PY" -m venv .venv-quix
     .venv-quix/bin/python -m pip install -q -r tests/integration/quix/requirements.lock
     rm -f .venv-quix/.lock-* && touch "$qstamp"
+  fi
+fi
+
+# Faust (faust-streaming) pins click below the project's version: .venv-faust
+if [ "${1:-}" = "--test" ] && [ -f tests/integration/faust/requirements.lock ]; then
+  fstamp=.venv-faust/.lock-$(sha256sum tests/integration/faust/requirements.lock | cut -c1-16)
+  if [ ! -f "$fstamp" ]; then
+    [ -x .venv-faust/bin/python ] || "$PY" -m venv .venv-faust
+    .venv-faust/bin/python -m pip install -q -r tests/integration/faust/requirements.lock
+    rm -f .venv-faust/.lock-* && touch "$fstamp"
   fi
 fi
 
