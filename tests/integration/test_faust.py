@@ -111,9 +111,8 @@ def test_faust_table_restored_from_its_changelog(any_broker: BrokerProcess, tmp_
         finally:
             assert worker.stop() == 0, logs[0].read_text()[-3000:]
         # an empty table: the changelog restores it. The words go in once the worker is
-        # ready: Faust 0.15.3 starting with records already waiting was seen to forward
-        # only some of them and stall (the broker had stored every record it acknowledged
-        # and answered every request; docs/compatibility.md)
+        # ready: Faust 0.15.3 starting with records already waiting was seen to skip some
+        # inside one fetched batch (docs/compatibility.md, "Faust")
         worker = Worker(bootstrap, prefix, tmp_path, logs[1])
         try:
             worker.wait_ready()
