@@ -40,25 +40,22 @@ fi
 # again on import, ~0.2 s of CPU per broker start. Up-to-date files are skipped.
 .venv/bin/python -m compileall -q -j0 protocol segments groupcoord txncoord broker ingest_job bench tests >/dev/null
 
-# Quix Streams (the compaction test's stateful app) pins confluent-kafka below the
-# project's version: it gets a virtualenv of its own, .venv-quix
-if [ "${1:-}" = "--test" ] && [ -f tests/integration/quix/requirements.lock ]; then
-  qstamp=.venv-quix/.lock-$(sha256sum tests/integration/quix/requirements.lock | cut -c1-16)
-  if [ ! -f "$qstamp" ]; then
-    [ -x .venv-quix/bin/python ] || "$PY" -m venv .venv-quix
-    .venv-quix/bin/python -m pip install -q -r tests/integration/quix/requirements.lock
-    rm -f .venv-quix/.lock-* && touch "$qstamp"
+# A framework whose pins clash with the project's gets a virtualenv of its own, built
+# from its lock (rebuilt when the lock changes): side_venv DIR LOCK
+side_venv() {
+  local stamp
+  stamp=$1/.lock-$(sha256sum "$2" | cut -c1-16)
+  if [ ! -f "$stamp" ]; then
+    [ -x "$1/bin/python" ] || "$PY" -m venv "$1"
+    "$1/bin/python" -m pip install -q -r "$2"
+    rm -f "$1"/.lock-* && touch "$stamp"
   fi
-fi
-
-# Faust (faust-streaming) pins click below the project's version: .venv-faust
-if [ "${1:-}" = "--test" ] && [ -f tests/integration/faust/requirements.lock ]; then
-  fstamp=.venv-faust/.lock-$(sha256sum tests/integration/faust/requirements.lock | cut -c1-16)
-  if [ ! -f "$fstamp" ]; then
-    [ -x .venv-faust/bin/python ] || "$PY" -m venv .venv-faust
-    .venv-faust/bin/python -m pip install -q -r tests/integration/faust/requirements.lock
-    rm -f .venv-faust/.lock-* && touch "$fstamp"
-  fi
+}
+if [ "${1:-}" = "--test" ]; then
+  # Quix Streams (the compaction test's stateful app) pins confluent-kafka below ours
+  side_venv .venv-quix tests/integration/quix/requirements.lock
+  # Faust (faust-streaming) pins click below ours
+  side_venv .venv-faust tests/integration/faust/requirements.lock
 fi
 
 if [ "${1:-}" = "--test" ] && [ -f tests/integration/js/package.json ]; then
