@@ -21,12 +21,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.fixtures.broker import BrokerProcess
 from tests.integration.conftest import unique_topic
 from tests.integration.test_java_client import java_libs
+from tests.integration.test_retention import watermarks
 
 pytestmark = pytest.mark.integration
 
@@ -52,15 +52,6 @@ def _worker(cp: str, bootstrap: str, group: str, files: tuple[Path, Path], topic
 def _out(run: subprocess.CompletedProcess[str]) -> dict[str, str]:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line[:20])
-
-
-def _records(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("count")})
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        return int(high - low)
-    finally:
-        consumer.close()
 
 
 def test_connect_copies_a_file_through_a_topic_and_resumes(
@@ -105,4 +96,5 @@ def test_connect_copies_a_file_through_a_topic_and_resumes(
     for run in runs:
         assert _out(run)["existing"] == "2"  # found in the config topic, not created again
     assert files[1].read_text().splitlines() == lines  # every line once, in order
-    assert _records(any_broker.bootstrap, topic) == len(lines)  # the source resumed
+    low, high = watermarks(any_broker.bootstrap, topic)
+    assert high - low == len(lines)  # the source resumed: each line produced once
