@@ -311,6 +311,12 @@ CLIENT_DELIVERY_TIMEOUT_MS = 120_000
 async def serve(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, then shut down cleanly (flush + release)."""
     broker = Broker(config)
+    # the handlers come first: a signal while the broker starts (its listeners accept
+    # connections before the lines below run) stops it cleanly once it has started
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     await broker.start()
     gc_policy = GcPolicy(config.gc_thaw_interval_s) if config.gc_thaw_interval_s > 0 else None
     if gc_policy is not None:
@@ -349,10 +355,6 @@ async def serve(config: BrokerConfig) -> None:
             x.advertised_host,
             x.advertised_port,
         )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: flushing buffers and releasing partitions")
     if gc_policy is not None:
