@@ -308,15 +308,32 @@ def _redact(url: str) -> str:
 CLIENT_DELIVERY_TIMEOUT_MS = 120_000
 
 
+def _install_stop_signals(broker: Broker) -> asyncio.Event:
+    """The event SIGTERM and SIGINT set. Installed before the broker starts (its listeners
+    accept connections before its start returns): a signal while it starts stops it
+    cleanly once it has started. A second signal while it still starts is the signal's
+    default action (the process ends at once, as it did before it was asked to stop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set() and not broker.started.is_set():
+            log.warning("%s again while starting: exiting at once", sig.name)
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_DFL)  # SIGINT's would be KeyboardInterrupt
+            signal.raise_signal(sig)
+            return
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    return stop
+
+
 async def serve(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, then shut down cleanly (flush + release)."""
     broker = Broker(config)
-    # the handlers come first: a signal while the broker starts (its listeners accept
-    # connections before the lines below run) stops it cleanly once it has started
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _install_stop_signals(broker)
     await broker.start()
     gc_policy = GcPolicy(config.gc_thaw_interval_s) if config.gc_thaw_interval_s > 0 else None
     if gc_policy is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.broker import start_broker
+from tests.fixtures.broker import BrokerProcess, start_broker
 from tests.integration.zombie_cluster import stopped
 
 pytestmark = pytest.mark.integration
@@ -22,18 +22,25 @@ pytestmark = pytest.mark.integration
 WAIT = 120.0
 
 
-def test_a_sigterm_during_start_is_a_clean_stop(tmp_path: Path) -> None:
+def _frozen_at_start(tmp_path: Path) -> BrokerProcess:
+    """A broker stopped by its own fault checkpoint before it listens."""
     b = start_broker(
         tmp_path / "b",
         env={"KAFSCALE_FAULT_PAUSE": "start.before_serving"},
         await_listener=False,
     )
+    deadline = time.monotonic() + WAIT
+    while not (stopped(b.pid) and "start.before_serving: pausing" in b.log_text()):
+        if b.proc is None or b.proc.poll() is not None or time.monotonic() > deadline:
+            b.kill9()
+            raise AssertionError(f"never froze at start.before_serving:\n{b.log_text()}")
+        time.sleep(0.05)  # another process's state: polled
+    return b
+
+
+def test_a_sigterm_during_start_is_a_clean_stop(tmp_path: Path) -> None:
+    b = _frozen_at_start(tmp_path)
     try:
-        deadline = time.monotonic() + WAIT
-        while not (stopped(b.pid) and "start.before_serving: pausing" in b.log_text()):
-            assert b.proc is not None and b.proc.poll() is None, b.log_text()
-            assert time.monotonic() < deadline, b.log_text()
-            time.sleep(0.05)  # another process's state: polled
         os.kill(b.pid, signal.SIGTERM)  # pending while it is stopped
         os.kill(b.pid, signal.SIGCONT)
         assert b.proc is not None
@@ -43,3 +50,18 @@ def test_a_sigterm_during_start_is_a_clean_stop(tmp_path: Path) -> None:
     log = b.log_text()
     assert "shutting down: flushing buffers and releasing partitions" in log
     assert "Traceback" not in log
+
+
+def test_a_second_signal_during_start_ends_the_process_at_once(tmp_path: Path) -> None:
+    """The way out of a start that takes long: SIGTERM, then SIGINT, both pending when
+    it wakes; the second is its default action (the process ends by the signal)."""
+    b = _frozen_at_start(tmp_path)
+    try:
+        os.kill(b.pid, signal.SIGTERM)
+        os.kill(b.pid, signal.SIGINT)
+        os.kill(b.pid, signal.SIGCONT)
+        assert b.proc is not None
+        assert b.proc.wait(WAIT) == -signal.SIGINT, b.log_text()
+    finally:
+        b.kill9()
+    assert "SIGINT again while starting: exiting at once" in b.log_text()
