@@ -111,6 +111,9 @@ def _cold(b: Any, n: int, fetch: int, s3_pid: int | None) -> dict[str, Any]:
         b.stop()
 
 
+Pairs = list[tuple[dict[str, Any], dict[str, Any]]]
+
+
 def _pair(
     b: Any, base: Any, n: int, fetch: int, s3_pid: int | None, base_first: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -123,7 +126,7 @@ def _pair(
     return mine, _cold(base, n, fetch, s3_pid)
 
 
-def _print_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], gets: float) -> None:
+def _print_pairs(pairs: Pairs, gets: float) -> None:
     """Per round: this tree's and the base tree's cold consume (ratio to the mean
     single-stream GET, CPU per MB of broker / S3 server / consumer), then the medians."""
     print(f"alternating rounds (ratio to the single-stream GET {gets:.1f} MB/s):")
@@ -149,10 +152,7 @@ def _print_pairs(pairs: list[tuple[dict[str, Any], dict[str, Any]]], gets: float
     print(f"  medians: {meds}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from tests.fixtures.broker import BrokerProcess, free_port, start_broker
-    from tests.fixtures.s3 import create_bucket, run_seaweedfs
-
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.cold_read", description=__doc__)
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--base-tree", type=Path)
@@ -175,7 +175,70 @@ def main(argv: list[str] | None = None) -> int:
                    "(each after a restart: an empty cache), and their medians")  # fmt: skip
     p.add_argument("--broker-arg", action="append", default=[],
                    help="extra flag for this tree's broker (e.g. --readahead-bytes=0)")  # fmt: skip
-    args = p.parse_args(argv)
+    return p
+
+
+def _against_base(
+    args: argparse.Namespace, b: Any, url: str, limits: list[str], s3_pid: int | None
+) -> tuple[dict[str, Any], Pairs]:
+    """The base tree's broker on the same bucket and metadata, then this tree's again
+    (order effects), then ``--rounds - 1`` alternating pairs."""
+    from tests.fixtures.broker import BrokerProcess, free_port
+
+    port = free_port()
+    bargs = ["--listen", f"127.0.0.1:{port}", "--store", url, *limits]
+    bp = BrokerProcess(b.workdir, port, bargs, broker_env(args.base_tree)).start()
+    try:
+        _take(bp.bootstrap, "cold")
+        base = _consume(bp.bootstrap, "cold", args.messages, bp.pid, args.fetch_bytes, s3_pid)
+    finally:
+        bp.stop()
+    b.start()  # this tree's broker again, after the base tree's: order effects
+    try:
+        _take(b.bootstrap, "cold")
+        res2 = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes, s3_pid)
+        res2["load"], base["load"] = os.getloadavg()[0], os.getloadavg()[0]
+    finally:
+        b.stop()
+    mbs2 = res2["bytes"] / res2["seconds"] / 1e6
+    print(f"cold consume again, after the base tree's: {mbs2:.1f} MB/s, broker CPU "
+          f"{res2['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+    return base, [(res2, base)] + [
+        _pair(b, bp, args.messages, args.fetch_bytes, s3_pid, r % 2 == 0)
+        for r in range(1, args.rounds)
+    ]
+
+
+def _report(
+    res: dict[str, Any],
+    warm: dict[str, Any],
+    base: dict[str, Any] | None,
+    gets: tuple[float, float, int],
+) -> None:
+    gets0, gets1, n = gets
+    mean = (gets0 + gets1) / 2  # the machine is shared: the mean of before and after
+    mbs = res["bytes"] / res["seconds"] / 1e6
+    print(f"single-stream GET: {mean:.1f} MB/s over {n} segment objects (before the "
+          f"consumes {gets0:.1f}, after {gets1:.1f})")  # fmt: skip
+    print(f"cold consume: {mbs:.1f} MB/s = {mbs / mean:.2f} of it, broker CPU "
+          f"{res['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+    print(_cpu_line(res))
+    wmbs = warm["bytes"] / warm["seconds"] / 1e6
+    print(f"the same consume again (cached as far as the cache holds): {wmbs:.1f} MB/s, "
+          f"broker CPU {warm['cpu_ms_per_mb']:.1f} ms/MB; cold/again {mbs / wmbs:.2f}")  # fmt: skip
+    print(_cpu_line(warm))
+    if base is not None:
+        bmbs = base["bytes"] / base["seconds"] / 1e6
+        print(f"cold consume, base tree: {bmbs:.1f} MB/s = {bmbs / mean:.2f}, broker CPU "
+              f"{base['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
+        print(_cpu_line(base))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.fixtures.broker import start_broker
+    from tests.fixtures.s3 import create_bucket, run_seaweedfs
+
+    args = _parser().parse_args(argv)
     if args.py_spy is not None:
         py_spy()  # before anything starts
     work = new_workdir("kafscale-cold-")
@@ -203,51 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             b.stop()
         base = None
-        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
         if args.base_tree is not None:  # the same bucket and metadata, the older broker
-            port = free_port()
-            bargs = ["--listen", f"127.0.0.1:{port}", "--store", url, *limits]
-            bp = BrokerProcess(work / "b", port, bargs, broker_env(args.base_tree)).start()
-            try:
-                _take(bp.bootstrap, "cold")
-                base = _consume(
-                    bp.bootstrap, "cold", args.messages, bp.pid, args.fetch_bytes, ep.pid
-                )
-            finally:
-                bp.stop()
-            b.start()  # this tree's broker again, after the base tree's: order effects
-            try:
-                _take(b.bootstrap, "cold")
-                res2 = _consume(b.bootstrap, "cold", args.messages, b.pid, args.fetch_bytes, ep.pid)
-                res2["load"], base["load"] = os.getloadavg()[0], os.getloadavg()[0]
-            finally:
-                b.stop()
-            mbs2 = res2["bytes"] / res2["seconds"] / 1e6
-            print(f"cold consume again, after the base tree's: {mbs2:.1f} MB/s, broker CPU "
-                  f"{res2['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
-            pairs = [(res2, base)] + [
-                _pair(b, bp, args.messages, args.fetch_bytes, ep.pid, r % 2 == 0)
-                for r in range(1, args.rounds)
-            ]
+            base, pairs = _against_base(args, b, url, limits, ep.pid)
         gets1, n = _single_stream(ep, bucket, "bench/")
         if args.base_tree is not None and args.rounds > 1:
             _print_pairs(pairs, (gets0 + gets1) / 2)
-    gets = (gets0 + gets1) / 2  # the machine is shared: the mean of before and after
-    mbs = res["bytes"] / res["seconds"] / 1e6
-    print(f"single-stream GET: {gets:.1f} MB/s over {n} segment objects (before the "
-          f"consumes {gets0:.1f}, after {gets1:.1f})")  # fmt: skip
-    print(f"cold consume: {mbs:.1f} MB/s = {mbs / gets:.2f} of it, broker CPU "
-          f"{res['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
-    print(_cpu_line(res))
-    wmbs = warm["bytes"] / warm["seconds"] / 1e6
-    print(f"the same consume again (cached as far as the cache holds): {wmbs:.1f} MB/s, "
-          f"broker CPU {warm['cpu_ms_per_mb']:.1f} ms/MB; cold/again {mbs / wmbs:.2f}")  # fmt: skip
-    print(_cpu_line(warm))
-    if base is not None:
-        bmbs = base["bytes"] / base["seconds"] / 1e6
-        print(f"cold consume, base tree: {bmbs:.1f} MB/s = {bmbs / gets:.2f}, broker CPU "
-              f"{base['cpu_ms_per_mb']:.1f} ms/MB")  # fmt: skip
-        print(_cpu_line(base))
+    _report(res, warm, base, (gets0, gets1, n))
     return 0
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import dataclasses
 import glob
 import os
 import pstats
@@ -273,7 +274,7 @@ def _run_line(name: str, rows: int, mb: float, secs: float) -> str:
     return f"{name}: {secs:.2f}s  {rows / secs:,.0f} rec/s  {mb / secs:.1f} MB/s"
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -289,85 +290,96 @@ def main() -> int:
     ap.add_argument("--value-format", default="raw", choices=["raw", "json", "avro"])
     ap.add_argument("--compare-python", action="store_true", help="also time pure-Python decoding")
     ap.add_argument("--profile", metavar="DIR", help="write cProfile stats of driver and tasks")
-    args = ap.parse_args()
+    return ap
+
+
+@dataclasses.dataclass
+class Measured:
+    """What one run of the bench measured (``_report`` prints it)."""
+
+    seg_bytes: int = 0
+    rows: int = 0
+    units: int = 0
+    tasks: int = 0
+    pairs: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # ingest, limit
+    cpus: list[tuple[dict[str, float], float]] = dataclasses.field(default_factory=list)
+    empty: list[float] = dataclasses.field(default_factory=list)  # empty jobs' seconds
+    loads: list[float] = dataclasses.field(default_factory=list)
+    python_s: float | None = None
+
+
+def _measure(args: argparse.Namespace, work: str) -> Measured:
+    """Generate the segments, then ingest and limit ``--repeat`` times, alternating."""
     codec = Compression[args.compression.upper()]
-    if args.quick:
-        args.records = 200_000
-    work = tempfile.mkdtemp(prefix="kafscale-bench-ingest-")
+    fmt = args.value_format
     data = f"{work}/data"
     os.makedirs(data)
-    try:
-        fmt = args.value_format
-        seg_bytes = asyncio.run(
-            _generate(data, "bench", args.records, args.value_bytes, codec, fmt)
-        )
-        asyncio.run(_generate(data, "warmup", 20_000, args.value_bytes, codec, fmt))
-        from ingest_job.spark import get_spark
+    m = Measured()
+    m.seg_bytes = asyncio.run(_generate(data, "bench", args.records, args.value_bytes, codec, fmt))
+    asyncio.run(_generate(data, "warmup", 20_000, args.value_bytes, codec, fmt))
+    from ingest_job.spark import get_spark
 
-        if args.profile:
-            os.makedirs(args.profile, exist_ok=True)
-            os.environ[PROFILE_ENV] = os.path.abspath(args.profile)
-        start = time.perf_counter()
-        spark = get_spark("local[2]")
-        ONE_OFF["SparkSession start (JVM)"] = time.perf_counter() - start
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        os.environ[PROFILE_ENV] = os.path.abspath(args.profile)
+    start = time.perf_counter()
+    spark = get_spark("local[2]")
+    ONE_OFF["SparkSession start (JVM)"] = time.perf_counter() - start
+    spark.sparkContext.setLogLevel("ERROR")
+    base = dict(
+        store_url=f"file://{data}/segments",
+        data_dir=data,
+        partition_by="none",
+        master="local[2]",
+        progress_interval=5.0,
+        unit_bytes=args.unit_bytes,
+        value_format=fmt,
+    )
+    prof = cProfile.Profile() if args.profile else None
+    if prof is not None:
+        prof.enable()
+    limit_dir = f"{work}/limit"
+    os.makedirs(limit_dir)
+    planned = plan_units(asyncio.run(load_logs("embedded", data, "/kafscale", ["bench"],
+                                               "default")), {}, None,
+                         args.unit_bytes).units  # fmt: skip
+    m.units = len(planned)
+    m.tasks = len(task_groups(planned, spark.sparkContext.defaultParallelism))
+
+    def limit(i: int) -> tuple[float, int]:
+        out = f"{limit_dir}/{i}"
+        os.makedirs(out)
+        if fmt == "raw":
+            return _limit(data, "bench", out, args.unit_bytes)
+        return _limit_table(data, "kafscale", out, m.units)
+
+    # ingest and limit alternate, so that each pair shares the machine's load
+    m.loads.append(os.getloadavg()[0])
+    for i in range(args.repeat):
+        ns = "kafscale" if i == 0 else f"kafscale_r{i}"  # the same work, a new table
+        secs, cpu = _ingest(spark, base, ns, warm_up=i == 0)
+        if i == 0 and prof is not None:
+            prof.disable()
+            prof.dump_stats(os.path.join(args.profile, "driver.prof"))
+        lim, m.rows = limit(i)
+        m.cpus.append((cpu, LIMIT_CPU[0]))
+        m.pairs.append((secs, lim))
+        m.empty.append(_empty_job(spark, m.tasks))
+        m.loads.append(os.getloadavg()[0])
+    spark.stop()
+    if args.compare_python:
+        os.environ.pop(PROFILE_ENV, None)
+        spark = get_spark("local[2]", conf={"spark.executorEnv.KAFSCALE_PURE_PYTHON": "1"})
         spark.sparkContext.setLogLevel("ERROR")
-        base = dict(
-            store_url=f"file://{data}/segments",
-            data_dir=data,
-            partition_by="none",
-            master="local[2]",
-            progress_interval=5.0,
-            unit_bytes=args.unit_bytes,
-            value_format=fmt,
-        )
-        prof = cProfile.Profile() if args.profile else None
-        if prof is not None:
-            prof.enable()
-        limit_dir = f"{work}/limit"
-        os.makedirs(limit_dir)
-        planned = plan_units(asyncio.run(load_logs("embedded", data, "/kafscale", ["bench"],
-                                                   "default")), {}, None,
-                             args.unit_bytes).units  # fmt: skip
-        units = len(planned)
-        tasks = len(task_groups(planned, spark.sparkContext.defaultParallelism))
-
-        def limit(i: int) -> tuple[float, int]:
-            out = f"{limit_dir}/{i}"
-            os.makedirs(out)
-            if fmt == "raw":
-                return _limit(data, "bench", out, args.unit_bytes)
-            return _limit_table(data, "kafscale", out, units)
-
-        # ingest and limit alternate, so that each pair shares the machine's load
-        pairs: list[tuple[float, float]] = []
-        cpus: list[tuple[dict[str, float], float]] = []
-        empty: list[float] = []
-        loads = [os.getloadavg()[0]]
-        for i in range(args.repeat):
-            ns = "kafscale" if i == 0 else f"kafscale_r{i}"  # the same work, a new table
-            secs, cpu = _ingest(spark, base, ns, warm_up=i == 0)
-            if i == 0 and prof is not None:
-                prof.disable()
-                prof.dump_stats(os.path.join(args.profile, "driver.prof"))
-            lim, rows = limit(i)
-            cpus.append((cpu, LIMIT_CPU[0]))
-            pairs.append((secs, lim))
-            empty.append(_empty_job(spark, tasks))
-            loads.append(os.getloadavg()[0])
-        ingest_s = min(p[0] for p in pairs)
-        limit_s = min(p[1] for p in pairs)
+        m.python_s, _cpu = _ingest(spark, base, "kafscale_py")
         spark.stop()
-        python_s = None
-        if args.compare_python:
-            os.environ.pop(PROFILE_ENV, None)
-            spark = get_spark("local[2]", conf={"spark.executorEnv.KAFSCALE_PURE_PYTHON": "1"})
-            spark.sparkContext.setLogLevel("ERROR")
-            python_s, _cpu = _ingest(spark, base, "kafscale_py")
-            spark.stop()
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    mb = seg_bytes / 1e6
+    return m
+
+
+def _report(args: argparse.Namespace, m: Measured) -> None:
+    ingest_s = min(p[0] for p in m.pairs)
+    limit_s = min(p[1] for p in m.pairs)
+    rows, mb = m.rows, m.seg_bytes / 1e6
     print(
         f"records: {rows}, segment bytes: {mb:.1f} MB, codec: {args.compression}, "
         f"value bytes: {args.value_bytes}, value format: {args.value_format}, "
@@ -377,34 +389,47 @@ def main() -> int:
     print(_run_line(f"ingest (Spark local[2] -> Iceberg, {impl})", rows, mb, ingest_s))
     print(_run_line("limit  (pyarrow Parquet from memory)", rows, mb, limit_s))
     print(f"ratio ingest/limit: {limit_s / ingest_s:.1%}")
-    if len(pairs) > 1:
-        ratios = sorted(lim / secs for secs, lim in pairs)
+    if len(m.pairs) > 1:
+        ratios = sorted(lim / secs for secs, lim in m.pairs)
         print(
             "pairs (ingest s, limit s): "
-            + ", ".join(f"({a:.2f}, {b:.2f})" for a, b in pairs)
+            + ", ".join(f"({a:.2f}, {b:.2f})" for a, b in m.pairs)
             + f"; median pair ratio {ratios[len(ratios) // 2]:.1%}"
         )
-    print(f"load average (1 min) through the pairs: {', '.join(f'{x:.1f}' for x in loads)}")
-    job_cpu, lim_cpu = min(cpus, key=lambda c: sum(c[0].values()))
+    print(f"load average (1 min) through the pairs: {', '.join(f'{x:.1f}' for x in m.loads)}")
+    job_cpu, lim_cpu = min(m.cpus, key=lambda c: sum(c[0].values()))
     print(
         f"CPU of the leanest ingest run: {sum(job_cpu.values()):.2f}s ("
         + ", ".join(f"{k} {v:.2f}s" for k, v in job_cpu.items())
         + f"); the limit's CPU that pair: {lim_cpu:.2f}s"
     )
-    empty.sort()
+    empty = sorted(m.empty)
     print(
-        f"Spark's fixed cost per job (in the figures): an empty job of {tasks} tasks "
-        f"({units} units) {empty[len(empty) // 2]:.2f}s (median of {len(empty)})"
+        f"Spark's fixed cost per job (in the figures): an empty job of {m.tasks} tasks "
+        f"({m.units} units) {empty[len(empty) // 2]:.2f}s (median of {len(empty)})"
     )
     print(
         "one-off costs (not in the figures): "
         + ", ".join(f"{k} {v:.2f}s" for k, v in ONE_OFF.items())
     )
-    if python_s is not None:
-        print(_run_line("ingest with the pure-Python decoder", rows, mb, python_s))
-        print(f"ratio (pure-Python decoder) ingest/limit: {limit_s / python_s:.1%}")
+    if m.python_s is not None:
+        print(_run_line("ingest with the pure-Python decoder", rows, mb, m.python_s))
+        print(f"ratio (pure-Python decoder) ingest/limit: {limit_s / m.python_s:.1%}")
     if args.profile:
         _print_profile(args.profile)
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    if args.quick:
+        args.records = 200_000
+    work = tempfile.mkdtemp(prefix="kafscale-bench-ingest-")
+    try:
+        measured = _measure(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    _report(args, measured)
     return 0
 
 

@@ -106,25 +106,32 @@ def add_broker_flags(pp: EnvParser) -> None:
     pp.option("--inter-broker-sasl-password", "its password")
 
 
+def _listeners(
+    args: dict[str, Any], plaintext: tuple[str, int, str, int] | None
+) -> tuple[Listener, ...]:
+    """The named listeners of ``--listener`` (``plaintext`` first, as PLAINTEXT)."""
+    specs = list(args.get("listener") or [])
+    advertised = [a for a in args.get("advertised_named") or []]
+    if not specs:
+        if advertised:
+            raise ValueError("NAME:// advertised listeners need --listener")
+        return ()
+    listeners = build_listeners(
+        specs, advertised, parse_protocol_map(args.get("listener_security_protocol_map"))
+    )
+    if plaintext is None:
+        return listeners
+    if any(x.name == "PLAINTEXT" for x in listeners):
+        raise ValueError("--listen and --listener PLAINTEXT:// both given")
+    host, port, ahost, aport = plaintext
+    return (Listener("PLAINTEXT", "PLAINTEXT", host, port, ahost, aport),) + listeners
+
+
 def security_config(
     args: dict[str, Any], plaintext: tuple[str, int, str, int] | None
 ) -> SecurityConfig:
     """The SecurityConfig the flags describe. ``plaintext``: (host, port, advertised host,
     advertised port) of ``--listen`` when it is to be the PLAINTEXT listener too."""
-    specs = list(args.get("listener") or [])
-    advertised = [a for a in args.get("advertised_named") or []]
-    listeners: tuple[Listener, ...] = ()
-    if specs:
-        listeners = build_listeners(
-            specs, advertised, parse_protocol_map(args.get("listener_security_protocol_map"))
-        )
-        if plaintext is not None:
-            if any(x.name == "PLAINTEXT" for x in listeners):
-                raise ValueError("--listen and --listener PLAINTEXT:// both given")
-            host, port, ahost, aport = plaintext
-            listeners = (Listener("PLAINTEXT", "PLAINTEXT", host, port, ahost, aport),) + listeners
-    elif advertised:
-        raise ValueError("NAME:// advertised listeners need --listener")
     mechs = tuple(
         m.strip().upper() for m in (args.get("sasl_mechanisms") or "").split(",") if m.strip()
     )
@@ -133,7 +140,7 @@ def security_config(
             raise ValueError(f"unknown SASL mechanism {m} (known: {', '.join(MECHANISMS)})")
     supers = tuple(s.strip() for s in (args.get("super_users") or "").split(";") if s.strip())
     values: dict[str, Any] = {
-        "listeners": listeners,
+        "listeners": _listeners(args, plaintext),
         "ssl_cert": args.get("ssl_cert"),
         "ssl_key": args.get("ssl_key"),
         "ssl_key_password": args.get("ssl_key_password"),

@@ -42,10 +42,8 @@ from broker.meta.base import (
 from broker.meta.schema import (
     EndValue,
     end_key,
-    entry_base,
     owner_broker,
     owner_key,
-    owner_value,
 )
 from broker.partition import (
     ACTIVE,
@@ -57,7 +55,7 @@ from broker.producer_rebuild import rebuild
 from broker.reads import Reader
 from broker.segment_loader import Piece
 from broker.shared_sweep import SharedSweeper
-from broker.take import ChainCache, Taker, take_txn
+from broker.take import ChainCache, Taker, take_txn, taken_log
 from broker.tasks import cancel_and_wait
 from broker.turns import PAUSE_S, TurnBudget
 from protocol.errors import ErrorCode, KafkaProtocolError
@@ -342,27 +340,10 @@ class LogManager:
             )
         if taken is None:
             return None
-        res, next_offset, chain = taken
-        epoch = prev.epoch + 1
-        by_base = {s.base: s for s in chain}
-        for kv in res.gets[0]:
-            by_base[entry_base(kv.key)] = SegmentMeta.from_json(entry_base(kv.key), kv.value)
-        segs = [by_base[b] for b in sorted(by_base)]
-        epochs = [(entry_base(kv.key), int(kv.value)) for kv in res.gets[1]]
-        lg = PartitionLog(
-            topic,
-            partition,
-            topic_id,
-            epoch,
-            owner_value(self.config.node_id, epoch, topic_id),
-            res.revision,
-            next_offset,
-            segs,
-            epochs,
-            prev.log_start,
-        )
+        lg = taken_log(self.config.node_id, (topic, partition, topic_id), prev, taken)
         if reg:  # it commits through cycle keys: its end values name it
             lg.owner_broker, lg.owner_reg = self.config.node_id, reg
+        res = taken[0]
         snap = res.gets[2][0].value if res.gets[2] else None
         try:
             await rebuild(
@@ -382,9 +363,9 @@ class LogManager:
             "took ownership of %s-%d at epoch %d (log end %d, %d segments)",
             topic,
             partition,
-            epoch,
-            next_offset,
-            len(segs),
+            lg.epoch,
+            lg.next_offset,
+            len(lg.segments),
         )
         if not self.cluster.owns_partition(topic, partition):
             self._reconcile.set()  # membership moved while we took it: hand it on

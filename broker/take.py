@@ -18,6 +18,7 @@ from broker.meta.schema import (
     broker_key,
     cycles_prefix,
     end_key,
+    entry_base,
     epoch_key,
     epochs_prefix,
     owner_key,
@@ -26,6 +27,7 @@ from broker.meta.schema import (
     seg_entry_key,
     segments_prefix,
 )
+from broker.partition import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ async def take_txn(
     owner: KeyValue | None,
     end: KeyValue | None,
     prev: EndValue,
-) -> tuple[TxnResult, int, list[SegmentMeta]] | None:
+) -> Taken | None:
     """Take partition ``tp`` (topic, partition, topic id) from the state read as
     ``owner`` and ``end`` (``prev`` decoded): our owner key, the next epoch, and the
     previous owner's chain folded in. Returns the transaction's result (its gets: the
@@ -137,3 +139,31 @@ async def take_txn(
             len(chain),
         )
     return res, next_offset, chain
+
+
+Taken = tuple[TxnResult, int, list[SegmentMeta]]
+
+
+def taken_log(
+    node_id: int, tp: tuple[str, int, uuid.UUID], prev: EndValue, taken: Taken
+) -> PartitionLog:
+    """The log a successful ``take_txn`` serves, at the next epoch: the manifest entries
+    its transaction read with the chain folded in, and the leader epochs it read."""
+    res, next_offset, chain = taken
+    topic, partition, topic_id = tp
+    epoch = prev.epoch + 1
+    by_base = {s.base: s for s in chain}
+    for kv in res.gets[0]:
+        by_base[entry_base(kv.key)] = SegmentMeta.from_json(entry_base(kv.key), kv.value)
+    return PartitionLog(
+        topic,
+        partition,
+        topic_id,
+        epoch,
+        owner_value(node_id, epoch, topic_id),
+        res.revision,
+        next_offset,
+        [by_base[b] for b in sorted(by_base)],
+        [(entry_base(kv.key), int(kv.value)) for kv in res.gets[1]],
+        prev.log_start,
+    )

@@ -48,7 +48,7 @@ from broker.security.authz import (
 )
 from groupcoord.consumer_coordinator import ConsumerGroupCoordinator
 from groupcoord.consumer_group import HeartbeatRequest, HeartbeatResult
-from groupcoord.consumer_model import Assignment
+from groupcoord.consumer_model import Assignment, ConsumerGroupState
 from protocol.consumer_groups import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse,
@@ -146,36 +146,22 @@ def _described_assignment(ctx: RequestContext, a: Assignment) -> Any:
     return DescribedAssignment(topic_partitions=parts)
 
 
-async def _describe_one(ctx: RequestContext, group_id: str, include_ops: bool) -> Any:
-    def failed(err: ErrorCode, message: str | None = None) -> Any:
-        return DescribedGroup(
-            error_code=int(err),
-            error_message=message,
-            group_id=group_id,
-            group_state="",
-            group_epoch=-1,
-            assignment_epoch=-1,
-            assignor_name="",
-            members=[],
-            authorized_operations=_NOT_REQUESTED,
-        )
+def _failed_group(group_id: str, err: ErrorCode, message: str | None = None) -> Any:
+    return DescribedGroup(
+        error_code=int(err),
+        error_message=message,
+        group_id=group_id,
+        group_state="",
+        group_epoch=-1,
+        assignment_epoch=-1,
+        assignor_name="",
+        members=[],
+        authorized_operations=_NOT_REQUESTED,
+    )
 
-    if not allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
-        return failed(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not group_id:
-        return failed(ErrorCode.INVALID_GROUP_ID, "GroupId can't be empty.")
-    consumer = _consumer(ctx)
-    err = group_error(ctx, group_id, Operation.DESCRIBE)
-    if err is None and consumer is None:
-        err = ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if err is not None:
-        return failed(err)
-    assert consumer is not None
-    group = await consumer.load(group_id)
-    if group is None:
-        return failed(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
-    state = group.state
-    members = [
+
+def _described_members(ctx: RequestContext, state: ConsumerGroupState) -> list[Any]:
+    return [
         DescribedMember(
             member_id=m.member_id,
             instance_id=m.instance_id,
@@ -191,6 +177,26 @@ async def _describe_one(ctx: RequestContext, group_id: str, include_ops: bool) -
         )
         for m in state.members.values()
     ]
+
+
+async def _describe_one(ctx: RequestContext, group_id: str, include_ops: bool) -> Any:
+    if not allowed(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return _failed_group(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if not group_id:
+        return _failed_group(group_id, ErrorCode.INVALID_GROUP_ID, "GroupId can't be empty.")
+    consumer = _consumer(ctx)
+    err = group_error(ctx, group_id, Operation.DESCRIBE)
+    if err is None and consumer is None:
+        err = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if err is not None:
+        return _failed_group(group_id, err)
+    assert consumer is not None
+    group = await consumer.load(group_id)
+    if group is None:
+        msg = f"Group {group_id} is not a consumer group."
+        return _failed_group(group_id, ErrorCode.GROUP_ID_NOT_FOUND, msg)
+    state = group.state
+    members = _described_members(ctx, state)
     if authorizer_of(ctx) is not None and not all(
         allowed(ctx, Operation.DESCRIBE, ResourceType.TOPIC, tp.topic_name)
         for m in members
@@ -199,7 +205,7 @@ async def _describe_one(ctx: RequestContext, group_id: str, include_ops: bool) -
         if tp.topic_name  # a deleted topic has no name to authorize
     ):
         msg = "The group has described topic(s) that the client is not authorized to describe."
-        return failed(ErrorCode.TOPIC_AUTHORIZATION_FAILED, msg)
+        return _failed_group(group_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, msg)
     ops = _NOT_REQUESTED
     if include_ops:
         ops = sum(1 << op for op in authorized_operations(ctx, ResourceType.GROUP, group_id))
