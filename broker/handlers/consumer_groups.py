@@ -223,19 +223,7 @@ async def _describe_one(ctx: RequestContext, group_id: str, include_ops: bool) -
 
 
 def _describe_error(ctx: RequestContext, request: Any, err: ErrorCode) -> Any:
-    groups = [
-        DescribedGroup(
-            error_code=int(err),
-            group_id=g,
-            group_state="",
-            group_epoch=-1,
-            assignment_epoch=-1,
-            assignor_name="",
-            members=[],
-            authorized_operations=_NOT_REQUESTED,
-        )
-        for g in request.group_ids or []
-    ]
+    groups = [_failed_group(g, err) for g in request.group_ids or []]
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=groups)
 
 
