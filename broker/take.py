@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 # the take's own operations besides the chain's entries: three puts and three gets
 TAKE_OPS = 6
 
+#: what a take that succeeded returns: its transaction's result, the log end, the chain
+Taken = tuple[TxnResult, int, list[SegmentMeta]]
+
 
 class ChainCache:
     """The cycle keys of owners whose registration is gone, read once.
@@ -139,9 +142,6 @@ async def take_txn(
             len(chain),
         )
     return res, next_offset, chain
-
-
-Taken = tuple[TxnResult, int, list[SegmentMeta]]
 
 
 def taken_log(
