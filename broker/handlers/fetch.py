@@ -108,63 +108,64 @@ async def _collect(
     for name, tid, wants in plan:
         parts = []
         for w in wants:
-            lg = w.log
-            if lg is None or w.error != ErrorCode.NONE:
-                parts.append(FetchPartitionData(w.index, error_code=int(w.error)))
-                continue
-            if w.offset < lg.log_start or w.offset > lg.hw:
-                parts.append(
-                    FetchPartitionData(
-                        w.index,
-                        error_code=int(ErrorCode.OFFSET_OUT_OF_RANGE),
-                        high_watermark=lg.hw,
-                        last_stable_offset=lg.hw,
-                        log_start_offset=lg.log_start,
-                    )
-                )
-                continue
-            records: list[Any] = []
-            budget = min(w.max_bytes, max_bytes - total)
-            try:
-                txns = await state_of(ctx.broker.logs.meta, lg) if committed else loaded_state(lg)
-            except MetaStoreError as exc:
-                log.warning("fetch of %s-%d failed: %s", name, w.index, exc)
-                parts.append(
-                    FetchPartitionData(w.index, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR))
-                )
-                continue
-            lso = txns.lso(lg.hw) if txns is not None else lg.hw
-            upper = lso if committed else lg.hw
-            if w.offset < upper and (budget > 0 or total == 0):
-                try:
-                    records = await ctx.broker.logs.read(lg, w.offset, max(budget, 1))
-                    if committed:
-                        records = cap_batches(records, upper)
-                except KafkaProtocolError as exc:  # no longer the owner
-                    parts.append(FetchPartitionData(w.index, error_code=int(exc.code)))
-                    continue
-                except (StoreError, MetaStoreError) as exc:  # this partition alone fails
-                    log.warning("fetch of %s-%d failed: %s", name, w.index, exc)
-                    parts.append(
-                        FetchPartitionData(w.index, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR))
-                    )
-                    continue
-                total += sum(len(r) for r in records)
-            aborted = None
-            if committed:
-                aborted = txns.aborted_between(w.offset, upper) if txns and records else []
-            parts.append(
-                FetchPartitionData(
-                    w.index,
-                    high_watermark=lg.hw,
-                    last_stable_offset=lso,
-                    log_start_offset=lg.log_start,
-                    aborted_transactions=aborted,
-                    records=records,
-                )
+            data, size = await _partition_data(
+                ctx, name, w, (max_bytes - total, total == 0), committed
             )
+            parts.append(data)
+            total += size
         topics.append(FetchTopicData(name, tid, parts))
     return FetchResponseData(topics=topics), total
+
+
+async def _partition_data(
+    ctx: RequestContext, name: str, w: _Want, room: tuple[int, bool], committed: bool
+) -> tuple[Any, int]:
+    """One partition's answer and the bytes of records in it. ``room``: the bytes the
+    response may still carry (at most ``w.max_bytes`` of them are read), and whether it
+    is still empty (then one batch is read whatever the limits, as Kafka does)."""
+    lg = w.log
+    if lg is None or w.error != ErrorCode.NONE:
+        return FetchPartitionData(w.index, error_code=int(w.error)), 0
+    if w.offset < lg.log_start or w.offset > lg.hw:
+        out_of_range = FetchPartitionData(
+            w.index,
+            error_code=int(ErrorCode.OFFSET_OUT_OF_RANGE),
+            high_watermark=lg.hw,
+            last_stable_offset=lg.hw,
+            log_start_offset=lg.log_start,
+        )
+        return out_of_range, 0
+    try:
+        txns = await state_of(ctx.broker.logs.meta, lg) if committed else loaded_state(lg)
+    except MetaStoreError as exc:
+        log.warning("fetch of %s-%d failed: %s: %s", name, w.index, type(exc).__name__, exc)
+        return FetchPartitionData(w.index, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR)), 0
+    lso = txns.lso(lg.hw) if txns is not None else lg.hw
+    upper = lso if committed else lg.hw
+    records: list[Any] = []
+    budget = min(w.max_bytes, room[0])
+    if w.offset < upper and (budget > 0 or room[1]):
+        try:
+            records = await ctx.broker.logs.read(lg, w.offset, max(budget, 1))
+            if committed:
+                records = cap_batches(records, upper)
+        except KafkaProtocolError as exc:  # no longer the owner
+            return FetchPartitionData(w.index, error_code=int(exc.code)), 0
+        except (StoreError, MetaStoreError) as exc:  # this partition alone fails
+            log.warning("fetch of %s-%d failed: %s: %s", name, w.index, type(exc).__name__, exc)
+            return FetchPartitionData(w.index, error_code=int(ErrorCode.KAFKA_STORAGE_ERROR)), 0
+    aborted = None
+    if committed:
+        aborted = txns.aborted_between(w.offset, upper) if txns and records else []
+    data = FetchPartitionData(
+        w.index,
+        high_watermark=lg.hw,
+        last_stable_offset=lso,
+        log_start_offset=lg.log_start,
+        aborted_transactions=aborted,
+        records=records,
+    )
+    return data, sum(len(r) for r in records)
 
 
 def _with_leaders(ctx: RequestContext, resp: FetchResponseData, version: int) -> FetchResponseData:
