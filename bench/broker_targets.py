@@ -395,10 +395,10 @@ def mock_target(rtt_ms: int = 0) -> Iterator[Target]:
 
 
 def py_spy() -> str:
-    """The py-spy executable (not a project dependency); a one-line exit without it."""
+    """The py-spy executable (the bench extra, in the lock); a one-line exit without it."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
-        raise SystemExit("py-spy not found: pip install py-spy into the virtualenv")
+        raise SystemExit("py-spy not found: pip install py-spy (the bench extra) into the venv")
     return spy
 
 

@@ -66,8 +66,9 @@ def test_no_scrape_starts_while_quiet_and_scrapes_resume_after(metrics_url: str)
 def test_py_spy_is_found_beside_the_interpreter_or_named_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """py-spy is not a project dependency: a run asked to profile without it ends with
-    one line naming what to install, before any broker starts."""
+    """py-spy is in the bench extra, but a virtualenv without it (the extra left out)
+    ends a run asked to profile with one line naming what to install, before any broker
+    starts."""
     from bench import broker_targets
 
     monkeypatch.setattr(broker_targets.shutil, "which", lambda _name: None)
