@@ -72,6 +72,19 @@ def stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
+def wait_frozen_at(b: BrokerProcess, point: str, wait: float = WAIT) -> None:
+    """Wait until broker process ``b`` stopped itself (SIGSTOP) at fault checkpoint
+    ``point``; an AssertionError with its log's tail if it exits or never gets there."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:  # another process's state: polled
+        if b.proc is not None and b.proc.poll() is not None:
+            raise AssertionError(f"broker {b.port} exited:\n{b.log_text()[-3000:]}")
+        if stopped(b.pid) and f"fault checkpoint {point}: pausing" in b.log_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"broker {b.port} never reached {point}:\n{b.log_text()[-3000:]}")
+
+
 def topic_owned_by(prefix: str, node: int, nodes: list[int], partition: int = 0) -> str:
     """A topic name whose ``partition`` hashes to ``node`` among ``nodes``."""
     infos = [BrokerInfo(n, "127.0.0.1", 0) for n in nodes]
@@ -125,16 +138,8 @@ class ZCluster:
 
     def wait_frozen_at_checkpoint(self, node: int, point: str) -> None:
         """Wait until broker ``node`` stopped itself at fault checkpoint ``point``."""
-        b = self.brokers[node]
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:  # another process's state: polled
-            if b.proc is not None and b.proc.poll() is not None:
-                raise AssertionError(f"node {node} exited:\n{b.log_text()[-3000:]}")
-            if stopped(b.pid) and f"fault checkpoint {point}: pausing" in b.log_text():
-                self.frozen.add(node)
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"node {node} never reached {point}:\n{b.log_text()[-3000:]}")
+        wait_frozen_at(self.brokers[node], point)
+        self.frozen.add(node)
 
     def wake(self, node: int) -> None:
         os.kill(self.brokers[node].pid, signal.SIGCONT)

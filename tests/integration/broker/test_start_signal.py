@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.broker import BrokerProcess, start_broker
-from tests.integration.zombie_cluster import stopped
+from tests.integration.zombie_cluster import wait_frozen_at
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +28,11 @@ def _frozen_at_start(tmp_path: Path) -> BrokerProcess:
         env={"KAFSCALE_FAULT_PAUSE": "start.before_serving"},
         await_listener=False,
     )
-    deadline = time.monotonic() + WAIT
-    while not (stopped(b.pid) and "start.before_serving: pausing" in b.log_text()):
-        if b.proc is None or b.proc.poll() is not None or time.monotonic() > deadline:
-            b.kill9()
-            raise AssertionError(f"never froze at start.before_serving:\n{b.log_text()}")
-        time.sleep(0.05)  # another process's state: polled
+    try:
+        wait_frozen_at(b, "start.before_serving", WAIT)
+    except AssertionError:
+        b.kill9()
+        raise
     return b
 
 
