@@ -27,7 +27,16 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from broker.meta.base import Compare, Delete, Get, MetaStore, MetaStoreError, Put
+from broker.meta.base import (
+    Compare,
+    Delete,
+    Get,
+    KeyValue,
+    MetaStore,
+    MetaStoreError,
+    Put,
+    TxnResult,
+)
 from broker.meta.schema import (
     end_key,
     entry_base,
@@ -169,33 +178,12 @@ class Committer:
     async def _resolve_group(
         self, lgs: Sequence[PartitionLog], probes: Mapping[str, bytes], moves_end: bool
     ) -> CommitResult:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.resolve_s
-        delay = RETRY_FIRST_S
-        gets = [Get(k) for k in probes]
-        while True:
-            try:
-                res = await self.meta.txn(
-                    [c for lg in lgs for c in self.guard(lg)],
-                    [*gets, *(Put(end_key(lg.topic, lg.partition), lg.end_value()) for lg in lgs)],
-                    [
-                        *gets,
-                        *(Get(end_key(lg.topic, lg.partition)) for lg in lgs),
-                        *(Get(owner_key(lg.topic, lg.partition)) for lg in lgs),
-                    ],
-                )
-                break
-            except MetaStoreError as exc:
-                if loop.time() + delay >= deadline:
-                    self.stats["unresolved"] += 1
-                    log.warning(
-                        "manifest commit of %s: outcome still unknown (%s)", _names(lgs), exc
-                    )
-                    return CommitResult(Outcome.UNKNOWN)
-                await asyncio.sleep(delay)  # back-off between attempts, not a state wait
-                delay = min(delay * 2, RETRY_MAX_S)
+        res = await self._resolving_txn(lgs, list(probes))
+        if res is None:
+            return CommitResult(Outcome.UNKNOWN)
         self.stats["resolved"] += 1
-        found = res.gets[: len(gets)]
+        n_probes = len(probes)
+        found = res.gets[:n_probes]
         # one probe holding its value proves the (atomic) transaction applied; another may
         # be gone since, merged away by a new owner of its partition
         proofs = [
@@ -211,23 +199,70 @@ class Committer:
             _log_outcome(lgs, outcome)
             return CommitResult(outcome, res.revision, resolved=True)
         n = len(lgs)
-        ends, owners = res.gets[len(gets) : len(gets) + n], res.gets[len(gets) + n :]
+        ends, owners = res.gets[n_probes : n_probes + n], res.gets[n_probes + n :]
         revision = proofs[0] if applied else 0
-        fenced = []
-        for lg, end, owner in zip(lgs, ends, owners, strict=True):
-            if not owner or owner[0].value != lg.owner_value or not end:
-                fenced.append(lg)
-            elif applied and moves_end and end[0].mod_revision == revision:
-                continue  # the caller records the commit's revision
-            elif end[0].mod_revision == lg.end_rev:
-                continue
-            elif end[0].value == lg.end_value():
-                lg.end_rev = end[0].mod_revision  # an earlier resolution attempt's rewrite
-            else:
-                fenced.append(lg)
+        fenced = _fenced(lgs, ends, owners, revision if applied and moves_end else None)
         outcome = Outcome.COMMITTED if applied else Outcome.REJECTED
         _log_outcome(lgs, outcome)
-        return CommitResult(outcome, revision, tuple(fenced), resolved=True)
+        return CommitResult(outcome, revision, fenced, resolved=True)
+
+    async def _resolving_txn(
+        self, lgs: Sequence[PartitionLog], probe_keys: Sequence[str]
+    ) -> TxnResult | None:
+        """The resolution's one transaction, retried with back-off until ``resolve_s``:
+        under the partitions' guards it rewrites their ends (so that the first
+        transaction can no longer apply), else it reads their ends and owners; the
+        probes are read either way. None when the store did not answer in time."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.resolve_s
+        delay = RETRY_FIRST_S
+        gets = [Get(k) for k in probe_keys]
+        while True:
+            try:
+                return await self.meta.txn(
+                    [c for lg in lgs for c in self.guard(lg)],
+                    [*gets, *(Put(end_key(lg.topic, lg.partition), lg.end_value()) for lg in lgs)],
+                    [
+                        *gets,
+                        *(Get(end_key(lg.topic, lg.partition)) for lg in lgs),
+                        *(Get(owner_key(lg.topic, lg.partition)) for lg in lgs),
+                    ],
+                )
+            except MetaStoreError as exc:
+                if loop.time() + delay >= deadline:
+                    self.stats["unresolved"] += 1
+                    log.warning(
+                        "manifest commit of %s: outcome still unknown (%s)", _names(lgs), exc
+                    )
+                    return None
+                await asyncio.sleep(delay)  # back-off between attempts, not a state wait
+                delay = min(delay * 2, RETRY_MAX_S)
+
+
+def _fenced(
+    lgs: Sequence[PartitionLog],
+    ends: Sequence[Sequence[KeyValue]],
+    owners: Sequence[Sequence[KeyValue]],
+    commit_revision: int | None,
+) -> tuple[PartitionLog, ...]:
+    """The partitions a resolution whose guard failed finds no longer this broker's: its
+    owner value gone or changed, its end gone, or its end moved by another writer. An end
+    at ``commit_revision`` (the proven commit moved it: the caller records that
+    revision) or at the log's own revision is this broker's; one holding the log's own
+    end value was rewritten by an earlier resolution attempt, whose revision is taken."""
+    fenced = []
+    for lg, end, owner in zip(lgs, ends, owners, strict=True):
+        if not owner or owner[0].value != lg.owner_value or not end:
+            fenced.append(lg)
+        elif commit_revision is not None and end[0].mod_revision == commit_revision:
+            continue
+        elif end[0].mod_revision == lg.end_rev:
+            continue
+        elif end[0].value == lg.end_value():
+            lg.end_rev = end[0].mod_revision  # an earlier resolution attempt's rewrite
+        else:
+            fenced.append(lg)
+    return tuple(fenced)
 
 
 def _touches_tail(lg: PartitionLog, ops: Sequence[Put | Delete]) -> bool:
