@@ -65,6 +65,24 @@ def _truthy(value: str) -> bool:
     return value.lower() in ("1", "true", "yes", "on")
 
 
+def _aio_config(endpoint_url: str | None, path_style: bool, max_connections: int) -> AioConfig:
+    """The SDK's configuration. Over https (TLS protects the body) PUTs carry no SHA-256
+    of the payload: botocore would hash every segment on the event loop (~10% of S3
+    produce samples; docs/benchmarks.md). Over plain http the signature stays the body's
+    only check."""
+    signing = not (endpoint_url or "https://").startswith("https://")
+    return AioConfig(
+        s3={
+            "addressing_style": "path" if path_style else "auto",
+            "payload_signing_enabled": signing,
+        },
+        retries={"max_attempts": 3, "mode": "standard"},
+        max_pool_connections=max_connections,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+
+
 class S3Store:
     def __init__(
         self,
@@ -107,20 +125,7 @@ class S3Store:
         self._access_key = access_key
         self._secret_key = secret_key
         self.ca_bundle = ca_bundle
-        # Over https (TLS protects the body) PUTs carry no SHA-256 of the payload: botocore
-        # would hash every segment on the event loop (~10% of S3 produce samples;
-        # docs/benchmarks.md). Over plain http the signature stays the body's only check.
-        signing = not (endpoint_url or "https://").startswith("https://")
-        self._config = AioConfig(
-            s3={
-                "addressing_style": "path" if path_style else "auto",
-                "payload_signing_enabled": signing,
-            },
-            retries={"max_attempts": 3, "mode": "standard"},
-            max_pool_connections=max_connections,
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        )
+        self._config = _aio_config(endpoint_url, path_style, max_connections)
         # False once the store refused the SDK's PUT with ``x-amz-checksum-crc32c`` for a
         # reason other than a mismatch (``_sdk_put``): later ones go without it
         self._sdk_checksums = True
