@@ -209,7 +209,7 @@ def warm_heap(t: Target, mode: str, messages: int, partitions: int) -> None:
                 "idempotence": mode == "idem"})  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.broker_profile", description=__doc__)
     p.add_argument("--messages", type=int, default=300_000)
     p.add_argument("--modes", default="plain,idem")
@@ -229,7 +229,28 @@ def main(argv: list[str] | None = None) -> int:
         default=WARM_MESSAGES,
         help="first produce this many of the first mode, unmeasured (0: none)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _profile_modes(t: Target, args: argparse.Namespace, outdir: Path) -> None:
+    """Each mode of ``--modes`` profiled in turn on ``t``, its report printed."""
+    modes = args.modes.split(",")
+    if args.warm_messages:  # the heap's growth, paid here and not by the first mode
+        warm_heap(t, modes[0], args.warm_messages, args.partitions)
+    native: bool | str = "perf" if args.perf else args.native
+    for mode in modes:
+        out = outdir / (f"{mode}.perf" if args.perf else f"{mode}.txt")
+        head = profile_mode(
+            t, mode, args.messages, out, native, args.partitions, args.rate, args.client
+        )
+        if args.perf:
+            print(head + "\n" + perf_top(out, args.top), flush=True)
+        else:
+            print(format_profile(head, out.read_text(), args.top), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     global GIL_ONLY
     GIL_ONLY = args.gil
     workdir = new_workdir("kafscale-prof-")
@@ -243,36 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 t = stack.enter_context(broker_target("local", workdir / "b", None, limits, []))
             warm_up(t, PLAN)
-            modes = args.modes.split(",")
-            if args.warm_messages:  # the heap's growth, paid here and not by the first mode
-                warm_heap(t, modes[0], args.warm_messages, args.partitions)
-            for mode in modes:
-                if args.perf:
-                    out = outdir / f"{mode}.perf"
-                    head = profile_mode(
-                        t,
-                        mode,
-                        args.messages,
-                        out,
-                        "perf",
-                        args.partitions,
-                        args.rate,
-                        args.client,
-                    )
-                    print(head + "\n" + perf_top(out, args.top), flush=True)
-                    continue
-                out = outdir / f"{mode}.txt"
-                head = profile_mode(
-                    t,
-                    mode,
-                    args.messages,
-                    out,
-                    args.native,
-                    args.partitions,
-                    args.rate,
-                    args.client,
-                )
-                print(format_profile(head, out.read_text(), args.top), flush=True)
+            _profile_modes(t, args, outdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -73,6 +74,9 @@ from ingest_job.job import IngestConfig, run_ingest  # noqa: E402
 from ingest_job.manifest import DEFAULT_UNIT_BYTES, load_logs, plan_units, task_groups  # noqa: E402
 from ingest_job.task import PROFILE_ENV, parquet_options, read_unit  # noqa: E402
 from protocol import fastrecords  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 from protocol.compression import Compression  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
 from segments.format import segment_key
@@ -317,15 +321,7 @@ def _measure(args: argparse.Namespace, work: str) -> Measured:
     m = Measured()
     m.seg_bytes = asyncio.run(_generate(data, "bench", args.records, args.value_bytes, codec, fmt))
     asyncio.run(_generate(data, "warmup", 20_000, args.value_bytes, codec, fmt))
-    from ingest_job.spark import get_spark
-
-    if args.profile:
-        os.makedirs(args.profile, exist_ok=True)
-        os.environ[PROFILE_ENV] = os.path.abspath(args.profile)
-    start = time.perf_counter()
-    spark = get_spark("local[2]")
-    ONE_OFF["SparkSession start (JVM)"] = time.perf_counter() - start
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = _spark_session(args.profile)
     base = dict(
         store_url=f"file://{data}/segments",
         data_dir=data,
@@ -368,12 +364,35 @@ def _measure(args: argparse.Namespace, work: str) -> Measured:
         m.loads.append(os.getloadavg()[0])
     spark.stop()
     if args.compare_python:
-        os.environ.pop(PROFILE_ENV, None)
-        spark = get_spark("local[2]", conf={"spark.executorEnv.KAFSCALE_PURE_PYTHON": "1"})
-        spark.sparkContext.setLogLevel("ERROR")
-        m.python_s, _cpu = _ingest(spark, base, "kafscale_py")
-        spark.stop()
+        m.python_s = _ingest_pure_python(base)
     return m
+
+
+def _spark_session(profile: str | None) -> SparkSession:
+    """The local[2] session the ingest runs in, its start timed (a one-off figure);
+    ``profile``: the executors' cProfile output goes to that directory."""
+    from ingest_job.spark import get_spark
+
+    if profile:
+        os.makedirs(profile, exist_ok=True)
+        os.environ[PROFILE_ENV] = os.path.abspath(profile)
+    start = time.perf_counter()
+    spark = get_spark("local[2]")
+    ONE_OFF["SparkSession start (JVM)"] = time.perf_counter() - start
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _ingest_pure_python(base: dict[str, object]) -> float:
+    """Seconds of the same ingest with the executors' native decoders off."""
+    from ingest_job.spark import get_spark
+
+    os.environ.pop(PROFILE_ENV, None)
+    spark = get_spark("local[2]", conf={"spark.executorEnv.KAFSCALE_PURE_PYTHON": "1"})
+    spark.sparkContext.setLogLevel("ERROR")
+    secs, _cpu = _ingest(spark, base, "kafscale_py")
+    spark.stop()
+    return secs
 
 
 def _report(args: argparse.Namespace, m: Measured) -> None:
