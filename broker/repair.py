@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -42,7 +43,15 @@ from dataclasses import dataclass
 from broker.cli import EnvParser
 from broker.cycles import ChainError, chain_of
 from broker.logfmt import FORMATS, setup_logging
-from broker.meta.base import Compare, Delete, KeyValue, MetaStore, Put, open_meta
+from broker.meta.base import (
+    Compare,
+    Delete,
+    KeyValue,
+    MetaStore,
+    MetaStoreError,
+    Put,
+    open_meta,
+)
 from broker.meta.schema import (
     EndValue,
     SegmentMeta,
@@ -54,7 +63,7 @@ from broker.meta.schema import (
     topic_key,
 )
 from segments.format import iter_segment_batches, object_name, partition_prefix, segment_key
-from segments.store import ObjectStore, open_store
+from segments.store import ObjectStore, StoreError, open_store
 from segments.writer import build_segment
 
 LEASE_TTL_S = 60
@@ -281,24 +290,31 @@ def _parser() -> EnvParser:
 
 async def _run(args: argparse.Namespace) -> list[str]:
     store_url = args.store if "://" in args.store else "file://" + args.store
-    meta = open_meta(args.meta, args.data_dir, args.meta_prefix)
-    store = open_store(store_url)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            store = open_store(store_url)
+            stack.push_async_callback(store.close)
+            meta = open_meta(args.meta, args.data_dir, args.meta_prefix)
+            stack.push_async_callback(meta.close)
+        except ValueError as exc:  # an unsupported or malformed URL
+            raise RepairError(str(exc)) from exc
         t = Target(args.namespace, args.topic, args.partition)
         return await truncate(meta, store, t, args.offset, execute=args.execute)
-    finally:
-        await store.close()
-        await meta.close()
 
 
 def truncate_main(argv: list[str]) -> int:
-    """``kafscale partitions truncate ...`` (``broker.cli`` dispatches here)."""
+    """``kafscale partitions truncate ...`` (``broker.cli`` dispatches here). A refused
+    cut, an unsupported store URL, and a metadata or object store that cannot be reached
+    (or an embedded store a running broker holds) are one line on stderr and exit 1."""
     args = _parser().parse_args(argv)
     setup_logging("WARNING", args.log_format)
     try:
         lines = asyncio.run(_run(args))
     except RepairError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (MetaStoreError, StoreError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print("\n".join(lines))
     return 0

@@ -5,6 +5,7 @@ it after."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -112,3 +113,34 @@ def test_cli_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "drop segment 6..7" in out and "dry run" in out
     assert main(["truncate", TOPIC, "0", "--to", "99", *args]) == 1
+
+
+def test_cli_one_line_when_a_store_cannot_be_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An embedded store a running broker holds, an unsupported store URL and an etcd
+    that refuses connections: one line on stderr naming the cause and exit 1, never a
+    traceback. The partition is untouched."""
+    asyncio.run(_write_log(tmp_path))
+    data = tmp_path / "data"
+    args = ["--store", f"file://{data}", "--data-dir", str(data)]
+    cut = ["truncate", TOPIC, "0", "--to", "6", "--execute"]
+    held = open_meta("embedded", str(data), "/kafscale")  # as a running broker holds it
+    try:
+        assert main([*cut, *args]) == 1
+    finally:
+        asyncio.run(held.close())
+    err = capsys.readouterr().err
+    assert "MetaStoreError" in err and "in use by another process" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main([*cut, "--store", "bogus://x", "--data-dir", str(data)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: unsupported object store URL 'bogus://x'")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    assert main([*cut, *args, "--meta", f"etcd://127.0.0.1:{closed}"]) == 1
+    err = capsys.readouterr().err
+    assert "MetaStoreError: etcd unavailable" in err and "Traceback" not in err
+    assert main([*cut[:-1], *args]) == 0  # the dry run still plans the whole cut
+    assert "drop segment 6..7" in capsys.readouterr().out
