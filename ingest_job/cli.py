@@ -6,6 +6,7 @@ Every flag can also be given as an environment variable ``KAFSCALE_<FLAG>`` (upp
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -122,16 +123,32 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def _refused(args: argparse.Namespace) -> str | None:
+    """What makes these flags unusable, checked before Spark starts (a store URL no store
+    opens would otherwise fail inside every task), or None."""
+    from broker.meta.base import check_meta_url
+    from segments.store import check_store_url
+
+    if not args.topics:
+        return "--topics is required (or KAFSCALE_TOPICS)"
+    if args.table and args.table_per_topic:
+        return "--table and --table-per-topic exclude each other"
+    try:
+        check_store_url(args.store)
+        check_meta_url(args.meta)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _ingest(argv: Sequence[str]) -> int:
     parser = ingest_parser()
     args = parser.parse_args(list(argv))
     setup_logging(args.log_level, args.log_format)
     parser.warn_unknown_env(log)
-    if not args.topics:
-        print("kafscale ingest: --topics is required (or KAFSCALE_TOPICS)", file=sys.stderr)
-        return 2
-    if args.table and args.table_per_topic:
-        print("kafscale ingest: --table and --table-per-topic exclude each other", file=sys.stderr)
+    refused = _refused(args)
+    if refused:
+        print(f"kafscale ingest: {refused}", file=sys.stderr)
         return 2
     from ingest_job.job import IngestConfig, run_ingest
 

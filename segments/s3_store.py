@@ -138,7 +138,7 @@ class S3Store:
     def from_url(cls, url: str) -> S3Store:
         parts = urlsplit(url)
         if parts.scheme != "s3" or not parts.netloc:
-            raise ValueError(f"not an s3:// URL: {url!r}")
+            raise ValueError(f"not an s3:// URL: {url!r} (want s3://BUCKET[/PREFIX][?...])")
         q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         return cls(
             bucket=parts.netloc,

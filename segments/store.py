@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 Buffer = bytes | bytearray | memoryview
 
@@ -151,14 +152,25 @@ async def put_each(
     return await asyncio.gather(*(one(i) for i in items), return_exceptions=True)
 
 
+def check_store_url(url: str) -> None:
+    """ValueError, naming what is wrong, when ``open_store`` would refuse ``url``; no I/O
+    and nothing created (a broker checks its flags with it before it starts anything)."""
+    if url.startswith("file://") or "://" not in url:
+        return
+    if url.startswith("s3://"):
+        if not urlsplit(url).netloc:
+            raise ValueError(f"not an s3:// URL: {url!r} (want s3://BUCKET[/PREFIX][?...])")
+        return
+    raise ValueError(f"unsupported object store URL {url!r} (use file:// or s3://)")
+
+
 def open_store(url: str) -> ObjectStore:
     """Open an object store from a URL: ``file://PATH`` or ``s3://BUCKET/PREFIX?...``."""
-    if url.startswith("file://") or "://" not in url:
-        from segments.local_store import LocalStore
-
-        return LocalStore.from_url(url)
+    check_store_url(url)
     if url.startswith("s3://"):
         from segments.s3_store import S3Store
 
         return S3Store.from_url(url)
-    raise ValueError(f"unsupported object store URL {url!r} (use file:// or s3://)")
+    from segments.local_store import LocalStore
+
+    return LocalStore.from_url(url)

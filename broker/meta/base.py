@@ -145,6 +145,31 @@ class MetaStore(Protocol):
     async def close(self) -> None: ...
 
 
+def etcd_endpoints(url: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of ``etcd://HOST:PORT[,HOST:PORT...]``; ValueError naming
+    the bad part otherwise."""
+    if not url.startswith("etcd://"):
+        raise ValueError(f"not an etcd URL: {url!r}")
+    endpoints: list[tuple[str, int]] = []
+    for part in url[len("etcd://") :].rstrip("/").split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bad etcd endpoint {part!r} in {url!r} (want HOST:PORT)")
+        endpoints.append((host.strip("[]"), int(port)))
+    return endpoints
+
+
+def check_meta_url(url: str) -> None:
+    """ValueError, naming what is wrong, when ``open_meta`` would refuse ``url``; no I/O
+    and nothing opened (a broker checks its flags with it before it starts anything)."""
+    if url == "embedded" or url.startswith("embedded://"):
+        return
+    if url.startswith("etcd://"):
+        etcd_endpoints(url)
+        return
+    raise ValueError(f"unsupported metadata store URL {url!r} (use embedded or etcd://)")
+
+
 def open_meta(
     url: str,
     data_dir: str = "./data",
@@ -159,13 +184,12 @@ def open_meta(
     that a running broker holds: it replays the durable state without taking the lock,
     and every write raises MetaStoreError. It has no effect on etcd.
     """
-    if url == "embedded" or url.startswith("embedded://"):
-        from broker.meta.embedded import EmbeddedStore
-
-        path = url[len("embedded://") :] if url.startswith("embedded://") else None
-        return EmbeddedStore(path or f"{data_dir}/meta", prefix=prefix, read_only=read_only)
+    check_meta_url(url)
     if url.startswith("etcd://"):
         from broker.meta.etcd import EtcdStore
 
         return EtcdStore.from_url(url, prefix=prefix, auth=etcd_auth)
-    raise ValueError(f"unsupported metadata store URL {url!r} (use embedded or etcd://)")
+    from broker.meta.embedded import EmbeddedStore
+
+    path = url[len("embedded://") :] if url.startswith("embedded://") else None
+    return EmbeddedStore(path or f"{data_dir}/meta", prefix=prefix, read_only=read_only)

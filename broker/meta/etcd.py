@@ -33,6 +33,7 @@ from broker.meta.base import (
     Put,
     TxnResult,
     WatchEvent,
+    etcd_endpoints,
 )
 from broker.meta.etcd_secure import EtcdAuth, SecureClient
 
@@ -103,15 +104,7 @@ class EtcdStore:
         auth: EtcdAuth | None = None,
     ) -> EtcdStore:
         """``etcd://HOST:PORT[,HOST:PORT...]``"""
-        if not url.startswith("etcd://"):
-            raise ValueError(f"not an etcd URL: {url!r}")
-        endpoints: list[tuple[str, int]] = []
-        for part in url[len("etcd://") :].rstrip("/").split(","):
-            host, sep, port = part.strip().rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"bad etcd endpoint {part!r} in {url!r} (want HOST:PORT)")
-            endpoints.append((host.strip("[]"), int(port)))
-        return cls(endpoints, prefix=prefix, timeout=timeout, auth=auth)
+        return cls(etcd_endpoints(url), prefix=prefix, timeout=timeout, auth=auth)
 
     # ---------------------------------------------------------------- plumbing
 

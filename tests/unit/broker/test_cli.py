@@ -269,3 +269,27 @@ def test_commands_are_dispatched_with_the_rest_of_the_arguments(
     monkeypatch.setattr(segments.inspect, "main", inspect_main)
     assert cli.main(["segments", "inspect", "x.kfs", "--flag"]) == 3
     assert seen == [("inspect", ["x.kfs", "--flag"])]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--store", "bogus://x"], "unsupported object store URL 'bogus://x'"),
+        (["--store", "s3://"], "not an s3:// URL: 's3://'"),
+        (["--meta", "bogus://x"], "unsupported metadata store URL 'bogus://x'"),
+        (["--meta", "etcd://"], "bad etcd endpoint '' in 'etcd://'"),
+        (["--meta", "etcd://h:2379,h2"], "bad etcd endpoint 'h2'"),
+    ],
+)
+def test_broker_store_urls_no_store_opens_are_one_line_before_anything_starts(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked with the flags (before any worker starts: not a traceback per worker,
+    restarted until the supervisor gives up); nothing is created meanwhile."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        config_from_args(argv)
+    assert str(exc.value.code).startswith("kafscale broker: ") and message in str(exc.value.code)
+    assert list(tmp_path.iterdir()) == []
+    config, _ = config_from_args(["--store", "s3://bucket/pfx?region=r", "--meta", "etcd://h:1"])
+    assert (config.store_url, config.meta_url) == ("s3://bucket/pfx?region=r", "etcd://h:1")

@@ -38,3 +38,21 @@ def test_errors_exit_1_with_a_message(tmp_path: object, capsys: pytest.CaptureFi
     code = main(["--topics", "a", "--data-dir", f"{tmp_path}/none", "--catalog", "nosuch"])
     assert code == 1
     assert "error: catalog 'nosuch' is not configured" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--store", "bogus://x"], "unsupported object store URL 'bogus://x'"),
+        (["--meta", "etcd://"], "bad etcd endpoint '' in 'etcd://'"),
+    ],
+)
+def test_store_urls_no_store_opens_are_usage_errors_before_spark(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before Spark starts: a bad --store otherwise failed inside every task,
+    its Java stack trace printed before the one-line error."""
+    assert main(["--topics", "a", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kafscale ingest: ") and message in err
+    assert "Traceback" not in err and "at java." not in err
