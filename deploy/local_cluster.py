@@ -7,6 +7,8 @@
 Everything lives under ``--dir`` (default ``./cluster-data``): etcd's data, each broker's
 log, and the shared directory store unless ``--store`` names another. The launcher prints
 one ``ready:`` line with the bootstrap servers once every broker listens, then waits.
+A broker that exits (``kill -9`` one to watch a takeover) is reported and the others
+keep serving; the launcher stops by itself only once every broker has exited.
 Ctrl-C or SIGTERM stops the brokers (SIGTERM: each flushes and releases its partitions),
 then etcd, each by its process id. Needs ``etcd`` on PATH (Debian's ``etcd-server``).
 """
@@ -109,6 +111,27 @@ def stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
             proc.wait(10)
 
 
+def _watch(procs: list[subprocess.Popen[bytes]], done: threading.Event, ttl: int) -> int:
+    """Wait for Ctrl-C or SIGTERM (0). A broker that exits (``kill -9`` is the way to try
+    a takeover) is reported once and the others keep serving: its partitions move to
+    them when its lease expires. Only when every broker has exited does the launcher stop
+    (1)."""
+    reported: set[int] = set()
+    while not done.wait(0.5):  # wake twice a second to notice a broker that died
+        for i, proc in enumerate(procs):
+            if i not in reported and proc.poll() is not None:
+                reported.add(i)
+                print(
+                    f"broker {i} (pid {proc.pid}) exited with {proc.returncode}; the others "
+                    f"take its partitions once its lease expires (--lease-ttl {ttl} s)",
+                    flush=True,
+                )
+        if len(reported) == len(procs):
+            print("every broker has exited; stopping etcd", flush=True)
+            return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
@@ -140,13 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = ",".join(f"127.0.0.1:{args.base_port + i}" for i in range(args.brokers))
         print(f"ready: bootstrap {bootstrap} meta {meta} store {store}", flush=True)
         print(f"pids: etcd {etcd.pid} brokers {' '.join(str(x.pid) for x in procs)}", flush=True)
-        while not done.wait(0.5):  # wake twice a second to notice a broker that died
-            dead = [(i, proc.returncode) for i, proc in enumerate(procs) if proc.poll() is not None]
-            for i, code in dead:
-                print(f"broker {i} exited with {code}; stopping the cluster", flush=True)
-            if dead:
-                return 1
-        return 0
+        return _watch(procs, done, args.lease_ttl)
     except RuntimeError as exc:
         print(f"error: {exc} (logs under {root})", file=sys.stderr)
         return 1

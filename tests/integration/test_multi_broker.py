@@ -345,7 +345,9 @@ def _consecutive_free_ports(n: int) -> int:
 
 
 def test_local_cluster_launcher(tmp_path: Path) -> None:
-    """deploy/local_cluster.py starts etcd + brokers that form one cluster, and stops them."""
+    """deploy/local_cluster.py starts etcd + brokers that form one cluster; a broker
+    killed with ``kill -9`` is reported while the other keeps serving and takes its
+    partition with every record; SIGTERM then stops the rest."""
     base = _consecutive_free_ports(2)
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "deploy" / "local_cluster.py"), "--brokers", "2",
@@ -371,6 +373,17 @@ def test_local_cluster_launcher(tmp_path: Path) -> None:
         leader = md.topics[0].partitions[0].leader_id
         got = kr.fetch_all(base + leader, "lc-topic", 0)
         assert [v for _, _, v in got.records] == [b"x-%d" % i for i in range(50)]
+        os.kill(pids[1 + leader], signal.SIGKILL)  # pids: etcd, broker 0, broker 1
+        line = proc.stdout.readline()  # the launcher reports the exit, and goes on
+        assert line.startswith(f"broker {leader} (pid {pids[1 + leader]}) exited with -9"), line
+        other = 1 - leader
+        deadline = time.monotonic() + 60  # the lease TTL (2 s) on a busy machine
+        while kr.metadata(base + other, ["lc-topic"]).topics[0].partitions[0].leader_id != other:
+            assert time.monotonic() < deadline, "the surviving broker never took partition 0"
+            time.sleep(0.1)  # polling another process's view
+        got = kr.fetch_all(base + other, "lc-topic", 0)
+        assert [v for _, _, v in got.records] == [b"x-%d" % i for i in range(50)]
+        assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
         for pid in pids:
