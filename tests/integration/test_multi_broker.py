@@ -10,6 +10,7 @@ takes some partitions over (HPA scale-out).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -355,6 +356,7 @@ def test_local_cluster_launcher(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
     )  # fmt: skip
     lines: list[str] = []
+    pids: list[int] = []
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # the launcher bounds its own start-up (30 s per process)
@@ -362,7 +364,7 @@ def test_local_cluster_launcher(tmp_path: Path) -> None:
             if line.startswith("pids:") or line.startswith("error"):
                 break
         assert any(ln.startswith("ready: bootstrap") for ln in lines), lines
-        pids = [int(x) for x in lines[-1].split() if x.isdigit()]
+        pids += [int(x) for x in lines[-1].split() if x.isdigit()]
         assert len(pids) == 3
         port = base + 1
         ids = {b.node_id for b in kr.metadata(port, ["lc-topic"]).brokers}
@@ -389,10 +391,18 @@ def test_local_cluster_launcher(tmp_path: Path) -> None:
         for pid in pids:
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
+        pids.clear()  # all gone: nothing left to stop by PID
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        if proc.poll() is None:  # a check failed: the launcher stops what it started
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for pid in pids:  # and what it could not stop, by its PID
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if proc.stdout is not None:
             proc.stdout.close()
 
