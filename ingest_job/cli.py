@@ -231,8 +231,12 @@ def _maintain(argv: Sequence[str]) -> int:
         orphan_age_minutes=args.orphan_age_minutes,
         target_file_bytes=int(args.target_file_mb * 1024 * 1024),
     )
+    said = 0
     for line in run_maintain(cfg):
         _say(line)
+        said += 1
+    if not said:  # an empty namespace, or --tables naming none of the job's tables
+        _say(f"no tables to maintain in namespace {cfg.namespace!r}")
     return 0
 
 

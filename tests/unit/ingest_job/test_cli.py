@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ingest_job.cli import ingest_parser, main, maintain_parser
@@ -56,3 +58,15 @@ def test_store_urls_no_store_opens_are_usage_errors_before_spark(
     err = capsys.readouterr().err
     assert err.startswith("kafscale ingest: ") and message in err
     assert "Traceback" not in err and "at java." not in err
+
+
+def test_maintain_says_when_there_is_nothing_to_maintain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A namespace without tables (the job has not run yet): one line saying so, not
+    silence."""
+    from ingest_job import catalog as cat
+
+    cat.ensure_namespace(cat.open_catalog(None, str(tmp_path)), "kafscale")
+    assert main(["maintain", "--compact", "--data-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "no tables to maintain in namespace 'kafscale'\n"
