@@ -370,8 +370,8 @@ def config_from_args(argv: Sequence[str]) -> tuple[BrokerConfig, str]:
         values["flush_interval_ms"] = S3_FLUSH_INTERVAL_MS if s3 else LOCAL_FLUSH_INTERVAL_MS
     if "merge_small_bytes" not in values and str(values.get("store_url", "")).startswith("s3://"):
         values["merge_small_bytes"] = S3_MERGE_SMALL_BYTES
-    _check_urls(values)
     config = BrokerConfig(**values)
+    _check_urls(config)
     if args["port_offset"]:
         from broker.workers import shift_ports
 
@@ -379,15 +379,15 @@ def config_from_args(argv: Sequence[str]) -> tuple[BrokerConfig, str]:
     return config, str(args["log_level"] or "INFO")
 
 
-def _check_urls(values: dict[str, Any]) -> None:
+def _check_urls(config: BrokerConfig) -> None:
     """A ``--store`` or ``--meta`` no store would open is one line and exit 1 here, before
     any worker starts (not a traceback in each worker, restarted until it gives up)."""
     from broker.meta.base import check_meta_url
     from segments.store import check_store_url
 
     try:
-        check_store_url(str(values.get("store_url") or "file://./data"))
-        check_meta_url(str(values.get("meta_url") or "embedded"))
+        check_store_url(config.store_url)
+        check_meta_url(config.meta_url)
     except ValueError as exc:
         raise SystemExit(f"kafscale broker: {exc}") from None
 
