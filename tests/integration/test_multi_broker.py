@@ -10,7 +10,6 @@ takes some partitions over (HPA scale-out).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -31,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from protocol.errors import ErrorCode
 from protocol.records import build_batch
 from tests.fixtures.broker import BrokerProcess, free_port, start_broker
+from tests.fixtures.processes import stop_parent_then_children
 from tests.integration import kafka_raw as kr
 from tests.integration.backends import consume_all
 from tests.integration.deliveries import acked_at, missing
@@ -392,17 +392,8 @@ def test_local_cluster_launcher(tmp_path: Path) -> None:
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
         pids.clear()  # all gone: nothing left to stop by PID
-    finally:
-        if proc.poll() is None:  # a check failed: the launcher stops what it started
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        for pid in pids:  # and what it could not stop, by its PID
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    finally:  # after a failed check: the launcher first, then what it left, by PID
+        stop_parent_then_children(proc, pids, 60)
         if proc.stdout is not None:
             proc.stdout.close()
 

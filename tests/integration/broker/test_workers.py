@@ -25,6 +25,7 @@ import pytest
 
 from broker.workers import MAX_RESTARTS
 from tests.fixtures.broker import REPO, free_port
+from tests.fixtures.processes import stop_parent_then_children
 from tests.integration.spread import spread_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -110,20 +111,8 @@ def supervised(etcd_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     try:
         _until(lambda: all(_listening(port + i) for i in range(4)), "both workers to listen")
         yield sup
-    finally:
-        kids = _children(proc.pid)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        for pid in kids:  # a supervisor that failed its own job leaves nothing behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    finally:  # a supervisor that failed its own job leaves nothing behind
+        stop_parent_then_children(proc, _children(proc.pid), 30)
 
 
 def _produce(bootstrap: str, topic: str, n: int, tag: str) -> None:
