@@ -101,7 +101,8 @@ def start_broker(
     return proc
 
 
-def stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
+def stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds (the launcher's, and the tests')."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
