@@ -62,9 +62,15 @@ class HeapTrimmer:
         except (OSError, AttributeError):  # not glibc, or glibc before 2.33
             return None
 
+    def figures(self) -> _MallInfo2:
+        """glibc's allocator figures now (``mallinfo2``): ``fordblks`` the heap's free
+        bytes, ``arena`` the heap's, ``hblkhd`` those in blocks with a mapping of their own."""
+        info: _MallInfo2 = self._mallinfo2()
+        return info
+
     def free_bytes(self) -> int:
         """Bytes in the heap's free chunks (``mallinfo2().fordblks``)."""
-        return int(self._mallinfo2().fordblks)
+        return int(self.figures().fordblks)
 
     def trim(self) -> bool:
         """Release the free heap's pages if ``min_free_bytes`` or more are free (blocking:

@@ -7,7 +7,6 @@ starting point "a 48 MiB block gets a mapping of its own" did not always hold.""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import subprocess
 import sys
@@ -15,50 +14,47 @@ from pathlib import Path
 
 import pytest
 
+from broker.heap_trim import HeapTrimmer
+from ingest_job import worker_setup
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 SIZE = 48 * 1024 * 1024
 
-#: run by the child: glibc's figures around each 48 MiB block, before and after tuning
-_PROBE = """
-import ctypes, json
-from broker.heap_trim import _MallInfo2
-from ingest_job import worker_setup
 
-SIZE = 48 * 1024 * 1024
-libc = ctypes.CDLL("libc.so.6")
-libc.mallinfo2.restype = _MallInfo2
-libc.mallinfo2.argtypes = []
-out = {}
-out["mapped_before"] = libc.mallinfo2().hblkhd
-block = bytes(SIZE)
-out["mapped_default"] = libc.mallinfo2().hblkhd
-del block
-worker_setup.tune_allocator()
-out["mapped_tuned_before"] = libc.mallinfo2().hblkhd
-block = bytes(SIZE)
-out["zeroed"] = sum(block[:: 1 << 20]) == 0
-out["mapped_tuned"] = libc.mallinfo2().hblkhd
-out["heap_tuned"] = libc.mallinfo2().arena
-del block
-again = bytes(SIZE)
-out["heap_again"] = libc.mallinfo2().arena
-out["mapped_again"] = libc.mallinfo2().hblkhd
-del again
-print(json.dumps(out))
-"""
+def _probe() -> None:
+    """Run in the child: glibc's figures around each 48 MiB block, before and after
+    tuning, printed as JSON."""
+    trimmer = HeapTrimmer.load()
+    assert trimmer is not None
+    out: dict[str, int | bool] = {"mapped_before": trimmer.figures().hblkhd}
+    block = bytes(SIZE)
+    out["mapped_default"] = trimmer.figures().hblkhd
+    del block
+    worker_setup.tune_allocator()
+    out["mapped_tuned_before"] = trimmer.figures().hblkhd
+    block = bytes(SIZE)
+    out["zeroed"] = sum(block[:: 1 << 20]) == 0
+    out["mapped_tuned"] = trimmer.figures().hblkhd
+    out["heap_tuned"] = trimmer.figures().arena
+    del block
+    again = bytes(SIZE)
+    out["heap_again"] = trimmer.figures().arena
+    out["mapped_again"] = trimmer.figures().hblkhd
+    del again
+    print(json.dumps(out))
 
 
 def test_tune_allocator_keeps_large_blocks_off_mmap() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt  # noqa: B018
-        libc.mallinfo2  # noqa: B018
-    except (OSError, AttributeError):
-        pytest.skip("not glibc 2.33+ (no mallopt or mallinfo2): nothing to check here")
+    if HeapTrimmer.load() is None:
+        pytest.skip("not glibc 2.33+ (no mallinfo2): nothing to check here")
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", f"from {__name__} import _probe; _probe()"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     f = json.loads(done.stdout)
